@@ -1,0 +1,6 @@
+"""fleet: a distributed job scheduler on PostgreSQL that runs each scheduled slot once."""
+
+from fleet.errors import Cancelled, Permanent
+from fleet.jobs import JobContext, job
+
+__all__ = ["Cancelled", "JobContext", "Permanent", "job"]

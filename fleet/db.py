@@ -1,0 +1,93 @@
+"""Database access: resolving the URL, connections and pools, all in autocommit mode.
+
+Transactions are always opened visibly by the caller (`with conn.transaction():`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from fleet.errors import DatabaseUnavailable
+
+# Keepalives and tcp_user_timeout make a partitioned connection fail in seconds instead of
+# hanging past a lease.
+_CONNECT_KWARGS: dict[str, Any] = {
+    "autocommit": True,
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    # Prepared statements break behind a transaction-pooling proxy older than PgBouncer 1.22;
+    # fleet's hot statements are few and planned quickly, so they are not prepared.
+    "prepare_threshold": None,
+}
+
+
+def resolve_url(url: str | None, base_dir: Path | None = None) -> str:
+    """The given URL, or the embedded server's (started if needed) when none is given."""
+    if url:
+        return url
+    from fleet.embedded import embedded_url
+
+    return embedded_url(base_dir)
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced, safe to log."""
+    url = re.sub(r"(://[^:/@?]*:)[^@/?]*@", r"\1***@", url)
+    return re.sub(r"(password=)[^&\s]*", r"\1***", url)
+
+
+def _kwargs(application_name: str) -> dict[str, Any]:
+    return {**_CONNECT_KWARGS, "application_name": application_name[:63]}
+
+
+def connect(url: str, application_name: str) -> psycopg.Connection[dict[str, Any]]:
+    """A new autocommit connection returning rows as dicts."""
+    try:
+        return psycopg.connect(url, row_factory=dict_row, **_kwargs(application_name))
+    except psycopg.OperationalError as e:
+        raise DatabaseUnavailable(f"cannot connect to {redact(url)}: {str(e).strip()}") from e
+
+
+def connect_retrying(
+    url: str, application_name: str, deadline_s: float, on_retry: Callable[[Exception], None] | None = None
+) -> psycopg.Connection[dict[str, Any]]:
+    """Connect, retrying with backoff for up to `deadline_s` (start-up under a process manager)."""
+    end = time.monotonic() + deadline_s
+    delay = 0.2
+    while True:
+        try:
+            return connect(url, application_name)
+        except DatabaseUnavailable as e:
+            if time.monotonic() + delay > end:
+                raise
+            if on_retry:
+                on_retry(e)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def make_pool(url: str, application_name: str, min_size: int = 1, max_size: int = 4) -> ConnectionPool[Any]:
+    """A bounded pool whose connections are checked on borrow (survives a server restart)."""
+    pool: ConnectionPool[Any] = ConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={**_kwargs(application_name), "row_factory": dict_row},
+        check=ConnectionPool.check_connection,
+        open=False,
+        name=application_name,
+        reconnect_timeout=3600,
+    )
+    pool.open(wait=False)
+    return pool

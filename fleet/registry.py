@@ -1,0 +1,30 @@
+"""The registry of live processes (`fleet_processes`): each ticker and worker keeps its row fresh."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from fleet.queries import q
+
+# A process not seen for this long is considered gone (it refreshes its row every few seconds).
+STALE_AFTER_S = 60
+
+
+def process_register(conn: psycopg.Connection[Any], pid_id: str, kind: str, jobs: Sequence[str] = ()) -> None:
+    conn.execute(
+        q("process_register"),
+        {"id": pid_id, "kind": kind, "host": socket.gethostname(), "pid": os.getpid(), "jobs": list(jobs)},
+    )
+
+
+def process_touch(conn: psycopg.Connection[Any], pid_id: str, running: int = 0) -> None:
+    conn.execute(q("process_touch"), {"id": pid_id, "running": running})
+
+
+def process_remove(conn: psycopg.Connection[Any], pid_id: str) -> None:
+    conn.execute(q("process_remove"), {"id": pid_id})

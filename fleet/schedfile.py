@@ -1,0 +1,254 @@
+"""The schedules file (TOML): parsed and validated as a whole, every problem reported at once."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import orjson
+
+from fleet.errors import ScheduleFileError
+from fleet.schedule import Timing, TimingError, parse_duration, validate_timing, zone
+
+CatchUp = Literal["skip", "latest", "all"]
+Overlap = Literal["allow", "skip", "queue"]
+CATCHUPS: tuple[CatchUp, ...] = ("skip", "latest", "all")
+OVERLAPS: tuple[Overlap, ...] = ("allow", "skip", "queue")
+
+DEFAULT_CATCHUP: CatchUp = "latest"
+DEFAULT_OVERLAP: Overlap = "skip"
+DEFAULT_MAX_ATTEMPTS = 6
+DEFAULT_RETRY_BASE = timedelta(seconds=30)
+DEFAULT_RETRY_CAP = timedelta(minutes=15)
+MAX_GRACE = timedelta(seconds=60)
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
+_JOB = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]{0,199}$")
+_KEYS = {
+    "name", "cron", "every", "timezone", "job", "args", "start_at", "catchup", "max_lateness", "grace",
+    "overlap", "timeout", "retry", "dst_repeated", "dst_missing",
+}
+_RETRY_KEYS = {"max_attempts", "base", "cap"}
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """One validated schedule of the file, with every default filled in."""
+
+    name: str
+    timing: Timing
+    job: str
+    args: dict[str, Any] = field(default_factory=dict)
+    start_at: datetime | None = None
+    catchup: CatchUp = DEFAULT_CATCHUP
+    max_lateness: timedelta | None = None
+    grace: timedelta | None = None
+    overlap: Overlap = DEFAULT_OVERLAP
+    timeout: timedelta | None = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    retry_base: timedelta = DEFAULT_RETRY_BASE
+    retry_cap: timedelta = DEFAULT_RETRY_CAP
+
+    def timing_hash(self) -> str:
+        """Changes exactly when the slot times change (so apply re-plans the next slot)."""
+        t = self.timing
+        key = [
+            t.every.total_seconds() if t.every else None, t.cron, t.timezone,
+            self.start_at.isoformat() if self.start_at else None, t.dst_repeated, t.dst_missing,
+        ]
+        return hashlib.sha256(orjson.dumps(key)).hexdigest()[:16]
+
+
+def default_grace(interval: timedelta) -> timedelta:
+    """How late a slot may be materialised and still count as on time: min(60 s, interval / 2)."""
+    return min(MAX_GRACE, interval / 2)
+
+
+def load(text: str) -> list[ScheduleSpec]:
+    """Parse and validate a whole file; raises ScheduleFileError listing every problem."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ScheduleFileError([f"file: not valid TOML: {e}"]) from None
+    problems: list[str] = []
+    unknown_top = sorted(set(doc) - {"schedule"})
+    if unknown_top:
+        problems.append(f"file: unknown top-level key(s) {', '.join(unknown_top)} (expected [[schedule]] tables)")
+    raw = doc.get("schedule", [])
+    if not isinstance(raw, list):
+        raise ScheduleFileError(problems + ["file: 'schedule' must be an array of tables ([[schedule]])"])
+    specs: list[ScheduleSpec] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(raw, start=1):
+        where = f"schedule #{i}"
+        if not isinstance(entry, dict):
+            problems.append(f"{where}: must be a table")
+            continue
+        name = entry.get("name")
+        if isinstance(name, str) and name:
+            where = f"schedule {name!r}"
+        spec, errs = _one(entry, where)
+        problems.extend(errs)
+        if spec is not None:
+            if spec.name in seen:
+                problems.append(f"{where}: name: duplicate schedule name")
+            seen.add(spec.name)
+            specs.append(spec)
+    if problems:
+        raise ScheduleFileError(problems)
+    return specs
+
+
+def _one(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None, list[str]]:
+    errs: list[str] = []
+
+    def bad(fieldname: str, msg: str) -> None:
+        errs.append(f"{where}: {fieldname}: {msg}")
+
+    for key in sorted(set(entry) - _KEYS):
+        bad(key, "unknown field")
+    name = entry.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        bad("name", "required; letters, digits and . _ : @ - (at most 200 characters)")
+    job = entry.get("job")
+    if not isinstance(job, str) or not _JOB.match(job):
+        bad("job", "required; the name of a job registered on the workers")
+    args = entry.get("args", {})
+    if not isinstance(args, dict):
+        bad("args", "must be a table")
+        args = {}
+    else:
+        try:
+            args = orjson.loads(orjson.dumps(args))  # TOML dates become ISO strings
+        except TypeError as e:
+            bad("args", f"not representable as JSON: {e}")
+
+    def duration(key: str, positive: bool = True) -> timedelta | None:
+        if key not in entry:
+            return None
+        try:
+            d = parse_duration(entry[key], key)
+        except TimingError as e:
+            errs.append(f"{where}: {e}")
+            return None
+        if positive and d <= timedelta(0):
+            bad(key, "must be positive")
+            return None
+        return d
+
+    def choice(key: str, options: tuple[str, ...], default: str) -> str:
+        value = entry.get(key, default)
+        if value not in options:
+            bad(key, f"must be one of {' | '.join(options)}, got {value!r}")
+            return default
+        return str(value)
+
+    catchup = choice("catchup", CATCHUPS, DEFAULT_CATCHUP)
+    overlap = choice("overlap", OVERLAPS, DEFAULT_OVERLAP)
+    dst_repeated = choice("dst_repeated", ("first", "last"), "first")
+    dst_missing = choice("dst_missing", ("shift", "skip"), "shift")
+    max_lateness = duration("max_lateness")
+    grace = duration("grace")
+    timeout = duration("timeout")
+
+    tz = entry.get("timezone", "UTC")
+    tz_ok = True
+    if not isinstance(tz, str):
+        bad("timezone", "must be a string such as 'Europe/Berlin'")
+        tz, tz_ok = "UTC", False
+    else:
+        try:
+            zone(tz)
+        except TimingError as e:
+            errs.append(f"{where}: {e}")
+            tz_ok = False
+
+    start_at = _start_at(entry.get("start_at"), tz if tz_ok else "UTC", bad)
+
+    every: timedelta | None = None
+    cron = entry.get("cron")
+    if "every" in entry:
+        try:
+            every = parse_duration(entry["every"], "every")
+            if every <= timedelta(0):
+                bad("every", "must be positive")
+        except TimingError as e:
+            errs.append(f"{where}: {e}")
+    if cron is not None and not isinstance(cron, str):
+        bad("cron", "must be a string such as '*/5 * * * *'")
+        cron = None
+    if ("cron" in entry) == ("every" in entry):
+        bad("cron/every", "give exactly one of cron or every")
+    timing = Timing(
+        every=every, cron=cron, timezone=tz if isinstance(tz, str) else "UTC", anchor=start_at,
+        dst_repeated=dst_repeated,  # type: ignore[arg-type]
+        dst_missing=dst_missing,  # type: ignore[arg-type]
+    )
+    if not errs:
+        try:
+            validate_timing(timing)
+        except TimingError as e:
+            errs.append(f"{where}: {e}")
+
+    retry = entry.get("retry", {})
+    max_attempts, base, cap = DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP
+    if not isinstance(retry, dict):
+        bad("retry", "must be a table such as { max_attempts = 6, base = \"30s\", cap = \"15m\" }")
+    else:
+        for key in sorted(set(retry) - _RETRY_KEYS):
+            bad(f"retry.{key}", "unknown field")
+        ma = retry.get("max_attempts", DEFAULT_MAX_ATTEMPTS)
+        if not isinstance(ma, int) or isinstance(ma, bool) or ma < 1:
+            bad("retry.max_attempts", f"must be an integer >= 1, got {ma!r}")
+        else:
+            max_attempts = ma
+        for key in ("base", "cap"):
+            if key in retry:
+                try:
+                    d = parse_duration(retry[key], f"retry.{key}")
+                    if d <= timedelta(0):
+                        bad(f"retry.{key}", "must be positive")
+                    elif key == "base":
+                        base = d
+                    else:
+                        cap = d
+                except TimingError as e:
+                    errs.append(f"{where}: {e}")
+        if base > cap:
+            bad("retry.base", "must not exceed retry.cap")
+
+    if errs:
+        return None, errs
+    return (
+        ScheduleSpec(
+            name=str(name), timing=timing, job=str(job), args=args, start_at=start_at,
+            catchup=catchup,  # type: ignore[arg-type]
+            max_lateness=max_lateness, grace=grace,
+            overlap=overlap,  # type: ignore[arg-type]
+            timeout=timeout, max_attempts=max_attempts, retry_base=base, retry_cap=cap,
+        ),
+        [],
+    )
+
+
+def _start_at(value: Any, tz: str, bad: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+        except ValueError:
+            bad("start_at", f"not an ISO-8601 date-time: {value!r}")
+            return None
+    else:
+        bad("start_at", "must be an ISO-8601 date-time such as '2026-11-01T00:00:00Z'")
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=zone(tz))  # read in the schedule's time zone
+    return dt

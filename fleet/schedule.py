@@ -1,0 +1,568 @@
+"""Schedule arithmetic: at which instants does a schedule fire?
+
+Pure functions over timezone-aware datetimes; nothing here reads the clock or touches the database.
+A schedule (:class:`Timing`) is either an interval, with slots at ``anchor + k * every`` for every
+integer ``k``, or a cron expression evaluated on the wall clock of an IANA time zone.
+
+Cron expressions are matched against local wall-clock time, and each matching wall time is then placed
+on the UTC time line. Daylight saving time makes some wall times occur twice (fall-back) and others not
+at all (spring-forward); how those are placed depends on the hour field:
+
+* Cadence expressions, whose hour field is a wildcard or a step (``*``, ``*/2``, ``1-23/4``) or covers
+  all 24 hours, keep their real cadence: every instant whose local wall time matches is a slot. A wall
+  time that occurs twice gives two slots; a wall time that does not exist gives none. ``0 * * * *``
+  therefore fires every 60 real minutes straight through both transitions.
+* Fixed-hour expressions (``30 2 * * *``, ``0 2,3 * * *``) name wall-clock times, and each matching
+  wall time gives at most one slot: a repeated one at its first or last occurrence
+  (``Timing.dst_repeated``), a missing one at the first instant after the gap or not at all
+  (``Timing.dst_missing``).
+
+Every slot is a UTC instant, produced once, and the slots of a schedule are strictly increasing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
+from functools import lru_cache
+from typing import Final, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+__all__ = [
+    "Timing",
+    "TimingError",
+    "describe",
+    "first_slot_at_or_after",
+    "latest_slot_at_or_before",
+    "next_slot",
+    "nominal_interval",
+    "parse_duration",
+    "slots_between",
+    "validate_timing",
+    "zone",
+]
+
+Repeated = Literal["first", "last"]
+Missing = Literal["shift", "skip"]
+
+_MICROSECOND: Final = timedelta(microseconds=1)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_CRON_LENGTH: Final = 200
+_MAX_DURATION_LENGTH: Final = 100
+_MAX_ZONE_LENGTH: Final = 64
+
+# Start of the probe that refuses expressions cronsim parses but that can never fire. The Gregorian
+# calendar repeats every 400 years and every satisfiable day pattern recurs well within cronsim's
+# 50-year search horizon, so one probe from any fixed date suffices.
+_PROBE_START: Final = datetime(2000, 1, 1)
+
+_NICKNAMES: Final = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+_DURATION_UNITS: Final = {
+    "w": 7 * 86_400_000_000,
+    "d": 86_400_000_000,
+    "h": 3_600_000_000,
+    "m": 60_000_000,
+    "s": 1_000_000,
+    "ms": 1_000,
+    "us": 1,
+}
+_DURATION_PART: Final = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|us|[wdhms])")
+_DURATION: Final = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:ms|us|[wdhms])\s*)+")
+_BARE_NUMBER: Final = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+_ZONE_NAME: Final = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*")
+# Present in some zoneinfo directories but not zones: one mirrors the host's setting, one is a
+# template for POSIX TZ strings.
+_NOT_ZONES: Final = frozenset({"localtime", "posixrules"})
+
+# A cadence expression fires at every instant whose wall time matches. The first reading of each
+# wall time plus the last reading covers both occurrences of a repeated wall time, and a wall time
+# inside a gap has no instant at all.
+_CADENCE_RULES: Final[tuple[tuple[Repeated, Missing], ...]] = (("first", "skip"), ("last", "skip"))
+
+
+class TimingError(ValueError):
+    """A schedule's timing is invalid.
+
+    ``str(e)`` is a one-line message starting with the offending field, e.g.
+    ``'cron: never fires ("0 0 30 2 *")'`` or ``'every: must be positive'``.
+    """
+
+
+@dataclass(frozen=True)
+class Timing:
+    """When a job fires: exactly one of ``every`` and ``cron`` is set.
+
+    every: interval schedule; slots are ``anchor + k * every`` for every integer ``k``.
+    cron: cron expression with 5 fields, or 6 with seconds first; also ``L``, ``LW``, ``5L``, ``#``
+        and the nicknames ``@yearly @annually @monthly @weekly @daily @midnight @hourly``.
+    timezone: IANA zone name; cron expressions are evaluated on its wall clock.
+    anchor: aware datetime that interval slots are aligned to; ``None`` means the Unix epoch, so
+        ``every=5m`` lands on :00, :05, ... Not used by cron schedules.
+    dst_repeated: for fixed-hour cron expressions, which occurrence of a wall time that occurs twice
+        at fall-back is the slot.
+    dst_missing: for fixed-hour cron expressions, whether a wall time that does not exist at
+        spring-forward is shifted to the first instant after the gap or skipped that day.
+    """
+
+    every: timedelta | None = None
+    cron: str | None = None
+    timezone: str = "UTC"
+    anchor: datetime | None = None
+    dst_repeated: Repeated = "first"
+    dst_missing: Missing = "shift"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Parsing and validation
+
+
+def parse_duration(value: str | int | float, field: str) -> timedelta:
+    """Parse a duration such as ``"500ms"``, ``"30s"``, ``"5m"``, ``"1h30m"``, ``"1h 30m"``, ``"2d"``
+    or ``"1w"``; a number (or a string holding only a number) is seconds.
+
+    Units are ``w d h m s ms us``, each used at most once and from largest to smallest; numbers may
+    have a fractional part. Zero is returned as is. Raises :class:`TimingError` with a message
+    starting with ``f"{field}: "`` for anything else, negative values, values finer than a
+    microsecond and values too large for a timedelta.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise TimingError(f"{field}: expected a duration such as '30s' or a number of seconds")
+    if isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise TimingError(f"{field}: not a finite number of seconds ({value!r})")
+        if value < 0:
+            raise TimingError(f"{field}: must not be negative ({value!r})")
+        try:
+            return timedelta(seconds=value)
+        except OverflowError:
+            raise TimingError(f"{field}: too large ({value!r})") from None
+
+    text = value.strip()
+    shown = _quote(value)
+    if len(text) > _MAX_DURATION_LENGTH:
+        raise TimingError(f"{field}: duration too long ({len(text)} characters)")
+    if text.startswith("-"):
+        raise TimingError(f"{field}: must not be negative ({shown})")
+    if _BARE_NUMBER.fullmatch(text):
+        micros = Fraction(text) * _DURATION_UNITS["s"]
+    elif _DURATION.fullmatch(text):
+        micros = Fraction(0)
+        previous_unit: int | None = None
+        for number, unit in _DURATION_PART.findall(text):
+            size = _DURATION_UNITS[unit]
+            if previous_unit is not None and size >= previous_unit:
+                raise TimingError(
+                    f"{field}: units must go from largest to smallest, each at most once ({shown})"
+                )
+            previous_unit = size
+            micros += Fraction(number) * size
+    else:
+        raise TimingError(f"{field}: invalid duration {shown} (expected e.g. '30s', '5m', '1h30m', '500ms')")
+    if micros.denominator != 1:
+        raise TimingError(f"{field}: finer than a microsecond ({shown})")
+    try:
+        return timedelta(microseconds=int(micros))
+    except OverflowError:
+        raise TimingError(f"{field}: too large ({shown})") from None
+
+
+def zone(name: str) -> ZoneInfo:
+    """Return the IANA time zone called `name`.
+
+    Raises ``TimingError("timezone: unknown time zone '<name>'")`` for names that are not zones,
+    including the empty string, paths, and files of the zone database that are not zones.
+    """
+    if not isinstance(name, str):
+        raise TimingError("timezone: must be a string")
+    if len(name) > _MAX_ZONE_LENGTH or not _ZONE_NAME.fullmatch(name) or name in _NOT_ZONES:
+        raise TimingError(f"timezone: unknown time zone {_quote(name)}")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise TimingError(f"timezone: unknown time zone {_quote(name)}") from None
+
+
+def validate_timing(t: Timing) -> None:
+    """Raise :class:`TimingError` unless `t` describes a schedule that fires.
+
+    The message starts with the field at fault: ``cron/every`` when not exactly one of them is set,
+    then ``every``, ``cron``, ``timezone``, ``anchor``, ``dst_repeated`` or ``dst_missing``.
+    Cron expressions are refused when cronsim refuses them, when they can never fire, and when
+    they are longer than 200 characters.
+    """
+    _build(t)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Slot queries
+
+
+def next_slot(t: Timing, after: datetime) -> datetime | None:
+    """The first slot strictly after `after`, in UTC; ``None`` if there is none.
+
+    Walking ``next_slot`` from slot to slot visits exactly the slots :func:`slots_between` returns.
+    Raises :class:`TimingError` if `t` is invalid and ``ValueError`` if `after` is naive.
+    """
+    return next(_plan(t).after(_utc(after, "after")), None)
+
+
+def first_slot_at_or_after(t: Timing, at: datetime) -> datetime | None:
+    """The first slot at or after `at`, in UTC; ``None`` if there is none."""
+    return next(_plan(t).after(_utc(at, "at") - _MICROSECOND), None)
+
+
+def latest_slot_at_or_before(t: Timing, at: datetime) -> datetime | None:
+    """The last slot at or before `at`, in UTC; ``None`` if there is none.
+
+    For cron schedules the search reaches back 50 years at most.
+    """
+    return _plan(t).latest(_utc(at, "at"))
+
+
+def slots_between(t: Timing, start: datetime, end: datetime, limit: int) -> list[datetime]:
+    """The slots ``s`` with ``start <= s <= end``, ascending, in UTC, at most `limit` of them."""
+    if limit < 0:
+        raise ValueError("limit must not be negative")
+    first, last = _utc(start, "start"), _utc(end, "end")
+    slots: list[datetime] = []
+    if limit == 0 or first > last:
+        return slots
+    for slot in _plan(t).after(first - _MICROSECOND):
+        if slot > last:
+            break
+        slots.append(slot)
+        if len(slots) == limit:
+            break
+    return slots
+
+
+def nominal_interval(t: Timing, at: datetime) -> timedelta:
+    """The schedule's own cadence near `at`.
+
+    That is ``every`` for interval schedules; for cron, the gap between the slot at or before `at`
+    and the slot after it (or between the first two slots after `at` when none precedes it). Near a
+    daylight saving transition this is the real gap, e.g. 23 hours for a daily job on the day the
+    clocks spring forward.
+    """
+    plan = _plan(t)
+    if isinstance(plan, _IntervalPlan):
+        return plan.every
+    moment = _utc(at, "at")
+    previous = plan.latest(moment)
+    slots = plan.after(moment if previous is None else previous - _MICROSECOND)
+    first, second = next(slots, None), next(slots, None)
+    if first is None or second is None:
+        raise TimingError(f'cron: does not fire twice around {_iso(moment)} ("{t.cron}")')
+    return second - first
+
+
+def describe(t: Timing) -> str:
+    """Short human-readable text, e.g. ``"every 5m"`` or ``"cron 0 2 * * * (Europe/Berlin)"``.
+
+    Never raises, even for an invalid `t`.
+    """
+    if isinstance(t.cron, str):
+        text = " ".join(t.cron.split())
+        if len(text) > _MAX_CRON_LENGTH:
+            text = text[:_MAX_CRON_LENGTH] + "..."
+        details = [str(t.timezone)]
+        if t.dst_repeated != "first":
+            details.append(f"repeated times: {t.dst_repeated}")
+        if t.dst_missing != "shift":
+            details.append(f"missing times: {t.dst_missing}")
+        return f"cron {text} ({', '.join(details)})"
+    if isinstance(t.every, timedelta):
+        text = f"every {_format_duration(t.every)}"
+        if isinstance(t.anchor, datetime) and t.anchor.utcoffset() is not None:
+            text += f" from {_iso(t.anchor)}"
+        return text
+    return "no schedule"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Compiled schedules
+
+
+@dataclass(frozen=True)
+class _IntervalPlan:
+    every: timedelta
+    anchor: datetime  # UTC
+
+    def _index(self, at: datetime) -> int:
+        """The largest k with anchor + k * every <= at."""
+        return ((at - self.anchor) // _MICROSECOND) // (self.every // _MICROSECOND)
+
+    def _slot(self, index: int) -> datetime | None:
+        try:
+            return self.anchor + index * self.every
+        except OverflowError:
+            return None
+
+    def after(self, at: datetime) -> Iterator[datetime]:
+        """Slots strictly after `at`, ascending."""
+        index = self._index(at) + 1
+        while (slot := self._slot(index)) is not None:
+            yield slot
+            index += 1
+
+    def latest(self, at: datetime) -> datetime | None:
+        """The last slot at or before `at`."""
+        return self._slot(self._index(at))
+
+
+@dataclass(frozen=True)
+class _CronPlan:
+    expr: str  # 5 or 6 fields, as cronsim parses them
+    tz: ZoneInfo
+    # How matching wall times become instants: one rule for fixed-hour expressions, both readings
+    # of repeated wall times for cadence expressions.
+    rules: tuple[tuple[Repeated, Missing], ...]
+
+    def after(self, at: datetime) -> Iterator[datetime]:
+        """Slots strictly after `at`, strictly ascending."""
+        floor = at
+        for slot in heapq.merge(*(self._after(at, *rule) for rule in self.rules)):
+            if slot > floor:
+                yield slot
+                floor = slot
+
+    def latest(self, at: datetime) -> datetime | None:
+        """The last slot at or before `at`."""
+        found = [slot for rule in self.rules if (slot := self._latest(at, *rule)) is not None]
+        return max(found, default=None)
+
+    # cronsim is handed naive local wall-clock time, so it only does calendar arithmetic; placing
+    # wall times on the UTC time line is done here, by _place. Under one rule _place never
+    # decreases as the wall time increases, which is what lets both walks below stop at the
+    # first fitting wall time.
+
+    def _after(self, at: datetime, repeated: Repeated, missing: Missing) -> Iterator[datetime]:
+        local = at.astimezone(self.tz)
+        wall = local.replace(tzinfo=None, fold=0)
+        start = wall  # cronsim yields wall times strictly after this
+        first, last = _instants(self.tz, wall)
+        if first < last:
+            span_start, span_end = _repeated_span(self.tz, wall, first, last)
+            if repeated == "first" and local.fold == 1:
+                # The repeated stretch was placed at its first pass, which is over by now.
+                start = span_end - _MICROSECOND
+            elif repeated == "last" and local.fold == 0:
+                # The whole repeated stretch is placed at its second pass, still ahead.
+                start = span_start - _MICROSECOND
+        floor = at
+        try:
+            for candidate in CronSim(self.expr, start):
+                slot = _place(self.tz, candidate, repeated, missing)
+                # Several wall times in a gap may shift onto the same instant.
+                if slot is not None and slot > floor:
+                    yield slot
+                    floor = slot
+        except OverflowError:
+            return
+
+    def _latest(self, at: datetime, repeated: Repeated, missing: Missing) -> datetime | None:
+        local = at.astimezone(self.tz)
+        wall = local.replace(tzinfo=None, fold=0)
+        end = wall + _MICROSECOND  # cronsim yields wall times strictly before this
+        first, last = _instants(self.tz, wall)
+        if first < last:
+            span_start, span_end = _repeated_span(self.tz, wall, first, last)
+            if repeated == "first" and local.fold == 1:
+                end = span_end
+            elif repeated == "last" and local.fold == 0:
+                end = span_start
+        try:
+            for candidate in CronSim(self.expr, end, reverse=True):
+                slot = _place(self.tz, candidate, repeated, missing)
+                if slot is not None and slot <= at:
+                    return slot
+        except OverflowError:
+            pass
+        return None
+
+
+@lru_cache(maxsize=1024)
+def _plan(t: Timing) -> _IntervalPlan | _CronPlan:
+    return _build(t)
+
+
+def _build(t: Timing) -> _IntervalPlan | _CronPlan:
+    if t.every is None and t.cron is None:
+        raise TimingError("cron/every: one of them must be set")
+    if t.every is not None and t.cron is not None:
+        raise TimingError("cron/every: only one of them may be set")
+    if t.every is not None:
+        if not isinstance(t.every, timedelta):
+            raise TimingError("every: must be a timedelta")
+        if t.every <= timedelta(0):
+            raise TimingError("every: must be positive")
+    fields, fixed_hours = _parse_cron(t.cron) if t.cron is not None else ("", False)
+    tz = zone(t.timezone)
+    if t.anchor is not None and (not isinstance(t.anchor, datetime) or t.anchor.utcoffset() is None):
+        raise TimingError("anchor: must be a timezone-aware datetime")
+    if t.dst_repeated not in ("first", "last"):
+        raise TimingError(f"dst_repeated: must be 'first' or 'last', not {_quote(t.dst_repeated)}")
+    if t.dst_missing not in ("shift", "skip"):
+        raise TimingError(f"dst_missing: must be 'shift' or 'skip', not {_quote(t.dst_missing)}")
+
+    if t.every is not None:
+        anchor = _EPOCH if t.anchor is None else t.anchor.astimezone(UTC)
+        return _IntervalPlan(every=t.every, anchor=anchor)
+    rules = ((t.dst_repeated, t.dst_missing),) if fixed_hours else _CADENCE_RULES
+    return _CronPlan(expr=fields, tz=tz, rules=rules)
+
+
+def _parse_cron(cron: str) -> tuple[str, bool]:
+    """Return the expression as cronsim parses it, and whether its hours are fixed wall-clock hours."""
+    if not isinstance(cron, str):
+        raise TimingError("cron: must be a string")
+    if len(cron) > _MAX_CRON_LENGTH:
+        raise TimingError(f"cron: expression too long ({len(cron)} characters, at most {_MAX_CRON_LENGTH})")
+    text = " ".join(cron.split())
+    if not text:
+        raise TimingError("cron: empty expression")
+    if not (text.isascii() and text.isprintable()):
+        shown = text.encode("unicode_escape").decode("ascii")
+        raise TimingError(f'cron: unexpected characters ("{shown}")')
+    fields = _NICKNAMES.get(text.lower(), text)
+    if fields.startswith("@"):
+        raise TimingError(f'cron: unknown nickname ("{text}")')
+    count = len(fields.split())
+    if count not in (5, 6):
+        raise TimingError(f'cron: expected 5 fields, or 6 with seconds first, not {count} ("{text}")')
+    try:
+        sim = CronSim(fields, _PROBE_START)
+    except CronSimError as e:
+        raise TimingError(f'cron: {_cronsim_reason(fields, e)} ("{text}")') from None
+    try:
+        next(sim)
+    except StopIteration:
+        raise TimingError(f'cron: never fires ("{text}")') from None
+    hour_field = fields.split()[-4]
+    fixed_hours = "*" not in hour_field and "/" not in hour_field and len(sim.hours) < 24
+    return fields, fixed_hours
+
+
+def _cronsim_reason(fields: str, error: CronSimError) -> str:
+    """Why cronsim refused `fields`, as a lower-case phrase."""
+    *head, month, weekday = fields.split()
+    # cronsim reports a day of month that no listed month has (e.g. 30 February) as a bad
+    # day-of-month field; if both fields are fine on their own, the combination never fires.
+    if _parses(" ".join([*head, "*", weekday])) and _parses(f"0 0 1 {month} *"):
+        return "never fires"
+    message = str(error)
+    if message.startswith("Bad "):
+        return f"invalid {message[4:]} field"
+    return message[:1].lower() + message[1:]
+
+
+def _parses(fields: str) -> bool:
+    try:
+        CronSim(fields, _PROBE_START)
+    except CronSimError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------
+# Wall clock and UTC
+
+
+def _instants(tz: ZoneInfo, wall: datetime) -> tuple[datetime, datetime]:
+    """The UTC instants of naive local `wall` read with fold=0 and with fold=1 (PEP 495).
+
+    They are equal when the wall time occurs once. When it occurs twice the first is the earlier
+    occurrence and the second the later one. When it falls into a gap the first lies after the gap
+    and the second before it.
+    """
+    return (
+        wall.replace(tzinfo=tz, fold=0).astimezone(UTC),
+        wall.replace(tzinfo=tz, fold=1).astimezone(UTC),
+    )
+
+
+def _transition(tz: ZoneInfo, lo: datetime, hi: datetime) -> datetime:
+    """The first instant in (lo, hi] whose UTC offset in `tz` differs from the offset at `lo`.
+
+    `lo` and `hi` must straddle exactly one offset change.
+    """
+    offset = lo.astimezone(tz).utcoffset()
+    low, high = 0, (hi - lo) // _MICROSECOND
+    while high - low > 1:
+        middle = (low + high) // 2
+        if (lo + middle * _MICROSECOND).astimezone(tz).utcoffset() == offset:
+            low = middle
+        else:
+            high = middle
+    return lo + high * _MICROSECOND
+
+
+def _repeated_span(
+    tz: ZoneInfo, wall: datetime, first: datetime, last: datetime
+) -> tuple[datetime, datetime]:
+    """The naive wall-clock stretch [start, end) that the clock runs through twice, given a wall
+    time in it and the UTC instants of its two occurrences."""
+    change = _transition(tz, first, last)
+    return wall - (last - change), wall + (change - first)
+
+
+def _place(tz: ZoneInfo, wall: datetime, repeated: Repeated, missing: Missing) -> datetime | None:
+    """The slot for matching wall time `wall` under the given DST rule, or None if it has none."""
+    first, last = _instants(tz, wall)
+    if first <= last:
+        return first if repeated == "first" else last
+    if missing == "skip":
+        return None
+    # `last` is before the gap and `first` after it; the first valid instant is where it ends.
+    return _transition(tz, last, first)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Small helpers
+
+
+def _utc(value: datetime, name: str) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{name} must be a timezone-aware datetime")
+    return value.astimezone(UTC)
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _quote(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _format_duration(value: timedelta) -> str:
+    """Format `value` in the notation :func:`parse_duration` reads, e.g. ``1h30m``."""
+    micros = value // _MICROSECOND
+    if micros == 0:
+        return "0s"
+    sign = "-" if micros < 0 else ""
+    micros = abs(micros)
+    parts: list[str] = []
+    for unit, size in _DURATION_UNITS.items():
+        count, micros = divmod(micros, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return sign + "".join(parts)

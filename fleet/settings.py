@@ -1,0 +1,201 @@
+"""One frozen, validated settings object per executable, from flags with FLEET_* fallbacks."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fleet.errors import ConfigError
+
+DEFAULT_LEASE_S = 60.0
+DEFAULT_POLL_S = 5.0
+DEFAULT_GRACE_S = 30.0
+DEFAULT_CONCURRENCY = 1
+DEFAULT_TICK_BATCH = 100
+DEFAULT_CATCHUP_LIMIT = 1000
+DEFAULT_CLAIM_BATCH = 100
+LOG_FORMATS = ("json", "text")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TickerSettings:
+    database_url: str | None
+    poll_s: float
+    batch_size: int
+    catchup_limit: int
+    until_idle: bool
+    leader: bool
+    ticker_id: str
+    log_format: str
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    database_url: str | None
+    app: tuple[str, ...]
+    jobs_file: str | None
+    worker_id: str
+    lease_s: float
+    heartbeat_s: float
+    poll_s: float
+    concurrency: int
+    claim_batch: int
+    grace_s: float
+    until_idle: bool
+    log_format: str
+
+
+def default_process_id(kind: str) -> str:
+    """host-name plus the supervisord process name or pid: unique across hosts."""
+    name = os.environ.get("SUPERVISOR_PROCESS_NAME") or f"{kind}-{os.getpid()}"
+    return f"{socket.gethostname()}:{name}"
+
+
+def _env_help(var: str, text: str) -> str:
+    return f"{text} [env {var}]"
+
+
+def _take(
+    value: Any, environ: Mapping[str, str], var: str, default: T, cast: Callable[[str], T], flag: str
+) -> T:
+    raw = value if value is not None else environ.get(var)
+    if raw is None or raw == "":
+        return default
+    try:
+        return cast(raw) if isinstance(raw, str) else raw  # type: ignore[no-any-return]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{flag}: invalid value {raw!r}") from None
+
+
+def _positive(value: float, flag: str) -> float:
+    if not value > 0:
+        raise ConfigError(f"{flag}: must be positive, got {value}")
+    return value
+
+
+def _bool(raw: str) -> bool:
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+def add_database_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database-url",
+        help=_env_help(
+            "FLEET_DATABASE_URL",
+            "libpq URI of the database; unset: the embedded PostgreSQL in ./.fleet/pgdata",
+        ),
+    )
+    parser.add_argument(
+        "--log-format", choices=LOG_FORMATS, help=_env_help("FLEET_LOG_FORMAT", "json (default) or text")
+    )
+
+
+def ticker_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fleet-ticker", description="Turn due schedule slots into run rows.")
+    add_database_flags(p)
+    p.add_argument("--until-idle", action="store_true", help="tick until nothing is due, then exit")
+    p.add_argument("--poll", type=float, help=_env_help("FLEET_TICKER_POLL", "longest sleep between ticks, s (5)"))
+    p.add_argument("--batch", type=int, help=_env_help("FLEET_TICKER_BATCH", "schedules per transaction (100)"))
+    p.add_argument(
+        "--catchup-limit",
+        type=int,
+        help=_env_help("FLEET_CATCHUP_LIMIT", "most slots one schedule may create per tick (1000)"),
+    )
+    p.add_argument(
+        "--leader",
+        action="store_true",
+        default=None,
+        help=_env_help("FLEET_TICKER_LEADER", "tick only while holding the leader lock; others stand by"),
+    )
+    p.add_argument("--id", help=_env_help("FLEET_TICKER_ID", "ticker id (host:process)"))
+    return p
+
+
+def ticker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> TickerSettings:
+    """Parse flags (argparse exits 2 on a bad flag) and validate them with their FLEET_* fallbacks."""
+    a = ticker_parser().parse_args(argv)
+    s = TickerSettings(
+        database_url=_take(a.database_url, environ, "FLEET_DATABASE_URL", None, str, "--database-url"),
+        poll_s=_positive(_take(a.poll, environ, "FLEET_TICKER_POLL", DEFAULT_POLL_S, float, "--poll"), "--poll"),
+        batch_size=int(_positive(_take(a.batch, environ, "FLEET_TICKER_BATCH", DEFAULT_TICK_BATCH, int, "--batch"), "--batch")),
+        catchup_limit=int(
+            _positive(
+                _take(a.catchup_limit, environ, "FLEET_CATCHUP_LIMIT", DEFAULT_CATCHUP_LIMIT, int, "--catchup-limit"),
+                "--catchup-limit",
+            )
+        ),
+        until_idle=a.until_idle,
+        leader=_take(a.leader, environ, "FLEET_TICKER_LEADER", False, _bool, "--leader"),
+        ticker_id=_take(a.id, environ, "FLEET_TICKER_ID", "", str, "--id") or default_process_id("ticker"),
+        log_format=_take(a.log_format, environ, "FLEET_LOG_FORMAT", "json", str, "--log-format"),
+    )
+    if s.log_format not in LOG_FORMATS:
+        raise ConfigError(f"--log-format: must be one of {', '.join(LOG_FORMATS)}")
+    return s
+
+
+def worker_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fleet-worker", description="Claim due runs under a lease and run their jobs.")
+    add_database_flags(p)
+    p.add_argument(
+        "--app",
+        action="append",
+        help=_env_help("FLEET_APP", "module that registers jobs (repeatable; env: comma-separated)"),
+    )
+    p.add_argument("--jobs", help=_env_help("FLEET_JOBS_FILE", "TOML file declaring command jobs"))
+    p.add_argument("--id", help=_env_help("FLEET_WORKER_ID", "worker id, unique across hosts (host:process)"))
+    p.add_argument("--lease", type=float, help=_env_help("FLEET_LEASE", "lease length, s (60)"))
+    p.add_argument("--heartbeat", type=float, help=_env_help("FLEET_HEARTBEAT", "lease renewal period, s (lease/3)"))
+    p.add_argument("--poll", type=float, help=_env_help("FLEET_POLL", "longest sleep between claims, s (5)"))
+    p.add_argument("--concurrency", type=int, help=_env_help("FLEET_CONCURRENCY", "runs executed at once (1)"))
+    p.add_argument("--claim-batch", type=int, help=_env_help("FLEET_CLAIM_BATCH", "most runs claimed at once (100)"))
+    p.add_argument("--grace", type=float, help=_env_help("FLEET_GRACE", "on SIGTERM, time running jobs get, s (30)"))
+    p.add_argument("--until-idle", action="store_true", help="exit when nothing is claimable")
+    return p
+
+
+def worker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> WorkerSettings:
+    """Parse flags (argparse exits 2 on a bad flag) and validate them with their FLEET_* fallbacks."""
+    a = worker_parser().parse_args(argv)
+    apps: tuple[str, ...] = tuple(a.app or [m.strip() for m in environ.get("FLEET_APP", "").split(",") if m.strip()])
+    lease = _positive(_take(a.lease, environ, "FLEET_LEASE", DEFAULT_LEASE_S, float, "--lease"), "--lease")
+    heartbeat = _positive(
+        _take(a.heartbeat, environ, "FLEET_HEARTBEAT", lease / 3, float, "--heartbeat"), "--heartbeat"
+    )
+    if heartbeat >= lease:
+        raise ConfigError(f"--heartbeat: must be shorter than the lease ({heartbeat} >= {lease})")
+    s = WorkerSettings(
+        database_url=_take(a.database_url, environ, "FLEET_DATABASE_URL", None, str, "--database-url"),
+        app=apps,
+        jobs_file=_take(a.jobs, environ, "FLEET_JOBS_FILE", None, str, "--jobs"),
+        worker_id=_take(a.id, environ, "FLEET_WORKER_ID", "", str, "--id") or default_process_id("worker"),
+        lease_s=lease,
+        heartbeat_s=heartbeat,
+        poll_s=_positive(_take(a.poll, environ, "FLEET_POLL", DEFAULT_POLL_S, float, "--poll"), "--poll"),
+        concurrency=int(
+            _positive(_take(a.concurrency, environ, "FLEET_CONCURRENCY", DEFAULT_CONCURRENCY, int, "--concurrency"), "--concurrency")
+        ),
+        claim_batch=int(
+            _positive(_take(a.claim_batch, environ, "FLEET_CLAIM_BATCH", DEFAULT_CLAIM_BATCH, int, "--claim-batch"), "--claim-batch")
+        ),
+        grace_s=_take(a.grace, environ, "FLEET_GRACE", DEFAULT_GRACE_S, float, "--grace"),
+        until_idle=a.until_idle,
+        log_format=_take(a.log_format, environ, "FLEET_LOG_FORMAT", "json", str, "--log-format"),
+    )
+    if s.grace_s < 0:
+        raise ConfigError("--grace: must not be negative")
+    if not s.app and not s.jobs_file:
+        raise ConfigError("--app: give at least one module that registers jobs (or --jobs FILE)")
+    if s.log_format not in LOG_FORMATS:
+        raise ConfigError(f"--log-format: must be one of {', '.join(LOG_FORMATS)}")
+    return s

@@ -1,0 +1,66 @@
+-- Statements on `schedules`: applying the file, finding due schedules, advancing them.
+
+-- name: schedule_lock_apply
+SELECT pg_advisory_xact_lock(7306030331985225057)
+
+-- name: schedule_db_now
+SELECT coalesce(%(now)s::timestamptz, now()) AS now
+
+-- name: schedule_existing
+SELECT name, timing_hash, enabled, next_run_at FROM schedules ORDER BY name FOR UPDATE
+
+-- name: schedule_insert
+INSERT INTO schedules (name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
+                       max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
+                       next_run_at, timing_hash)
+VALUES (%(name)s, %(every)s, %(cron)s, %(timezone)s, %(start_at)s, %(dst_repeated)s, %(dst_missing)s, %(job)s,
+        %(args)s, %(catchup)s, %(max_lateness)s, %(grace)s, %(overlap)s, %(timeout)s, %(max_attempts)s,
+        %(retry_base)s, %(retry_cap)s, %(next_run_at)s, %(timing_hash)s)
+
+-- name: schedule_update
+UPDATE schedules
+SET every = %(every)s, cron = %(cron)s, timezone = %(timezone)s, start_at = %(start_at)s,
+    dst_repeated = %(dst_repeated)s, dst_missing = %(dst_missing)s, job = %(job)s, args = %(args)s,
+    catchup = %(catchup)s, max_lateness = %(max_lateness)s, grace = %(grace)s, overlap = %(overlap)s,
+    timeout = %(timeout)s, max_attempts = %(max_attempts)s, retry_base = %(retry_base)s,
+    retry_cap = %(retry_cap)s, enabled = true,
+    next_run_at = coalesce(%(next_run_at)s, next_run_at), timing_hash = %(timing_hash)s, updated_at = now()
+WHERE name = %(name)s
+  AND (every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_lateness, grace,
+       overlap, timeout, max_attempts, retry_base, retry_cap, enabled, timing_hash)
+      IS DISTINCT FROM
+      (%(every)s::interval, %(cron)s::text, %(timezone)s::text, %(start_at)s::timestamptz,
+       %(dst_repeated)s::text, %(dst_missing)s::text, %(job)s::text, %(args)s::jsonb, %(catchup)s::text,
+       %(max_lateness)s::interval, %(grace)s::interval, %(overlap)s::text, %(timeout)s::interval,
+       %(max_attempts)s::integer, %(retry_base)s::interval, %(retry_cap)s::interval, true,
+       %(timing_hash)s::text)
+
+-- name: schedule_disable_missing
+UPDATE schedules SET enabled = false, updated_at = now()
+WHERE enabled AND NOT (name = ANY(%(names)s::text[]))
+RETURNING name
+
+-- name: schedule_notify
+SELECT pg_notify('fleet_schedules', '')
+
+-- name: schedule_due
+SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing, s.catchup,
+       s.max_lateness, s.grace, s.next_run_at, t.now AS db_now
+FROM schedules s, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
+WHERE s.enabled AND s.paused_at IS NULL AND s.next_run_at <= t.now
+ORDER BY s.next_run_at
+LIMIT %(limit)s
+FOR UPDATE OF s SKIP LOCKED
+
+-- name: schedule_advance
+UPDATE schedules s
+SET next_run_at = v.next_run_at, missed_slots = s.missed_slots + v.missed
+FROM unnest(%(names)s::text[], %(next_run_ats)s::timestamptz[], %(missed)s::bigint[])
+     AS v(name, next_run_at, missed)
+WHERE s.name = v.name
+
+-- name: schedule_next_wait
+-- Seconds from the database's now() to the earliest next slot, for the ticker's sleep.
+SELECT extract(epoch FROM min(next_run_at) - coalesce(%(now)s::timestamptz, now()))::float8 AS wait_s
+FROM schedules
+WHERE enabled AND paused_at IS NULL

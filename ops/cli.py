@@ -1,0 +1,112 @@
+"""`fleetctl`, the operator's tool. Exit codes: 0 fine, 1 unhealthy or failed, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from fleet.db import connect, resolve_url
+from fleet.errors import DatabaseUnavailable, FleetError, ScheduleFileError
+from fleet.migrate import migrate
+from fleet.schedfile import load
+
+Command = Callable[[argparse.Namespace], int]
+
+
+class UsageError(FleetError):
+    """A command-line argument is invalid."""
+
+
+def db(args: argparse.Namespace, role: str = "fleetctl") -> psycopg.Connection[Any]:
+    url = args.database_url or os.environ.get("FLEET_DATABASE_URL") or None
+    return connect(resolve_url(url), role)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    with db(args) as conn:
+        applied = migrate(conn)
+    print(f"migrated: applied {', '.join(map(str, applied))}" if applied else "migrated: schema up to date")
+    return 0
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    from ops.apply import apply_specs
+
+    path = Path(args.file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ScheduleFileError([f"file: cannot read {path}: {e.strerror}"]) from None
+    specs = load(text)
+    with db(args) as conn:
+        migrate(conn)
+        r = apply_specs(conn, specs, prune=args.prune)
+    for label, names in (
+        ("created", r.created), ("updated", r.updated), ("replanned", r.replanned),
+        ("disabled", r.disabled), ("unchanged", r.unchanged),
+    ):
+        if names:
+            print(f"{label}: {', '.join(names)}")
+    print(f"applied {len(specs)} schedule(s) from {path}")
+    return 0
+
+
+COMMANDS: dict[str, Command] = {"migrate": cmd_migrate, "apply": cmd_apply}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fleetctl", description="Operate a fleet: schema, schedules, health, repair.")
+    p.add_argument(
+        "--database-url",
+        help="libpq URI [env FLEET_DATABASE_URL]; unset: the embedded PostgreSQL in ./.fleet/pgdata",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("migrate", help="create or upgrade the schema")
+    ap = sub.add_parser("apply", help="make the database's schedules match a TOML file (all or nothing)")
+    ap.add_argument("file", help="the schedules file")
+    ap.add_argument("--prune", action="store_true", help="disable schedules that are not in the file")
+    for extend in EXTENSIONS:
+        extend(sub)
+    return p
+
+
+# Other modules add their subcommands here: (subparsers) -> None, and an entry in COMMANDS.
+EXTENSIONS: list[Callable[[Any], None]] = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _load_extensions()
+    args = parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except ScheduleFileError as e:
+        for line in e.problems:
+            print(f"fleetctl {args.command}: {line}", file=sys.stderr)
+        return 2
+    except UsageError as e:
+        print(f"fleetctl {args.command}: {e}", file=sys.stderr)
+        return 2
+    except DatabaseUnavailable as e:
+        print(f"fleetctl {args.command}: {e}", file=sys.stderr)
+        return 1
+
+
+def _load_extensions() -> None:
+    import importlib
+
+    for mod in ("ops.commands",):
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Jobs the tests run; each records what it did in $FLEET_TEST_DIR/events.log (one line per event)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import fleet
+from fleet import JobContext
+
+
+def _record(event: str, ctx: JobContext) -> None:
+    d = os.environ.get("FLEET_TEST_DIR")
+    if not d:
+        return
+    line = f"{event} {ctx.idempotency_key} {ctx.attempt} {ctx.worker_id} {os.getpid()} {time.time():.6f}\n"
+    fd = os.open(os.path.join(d, "events.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+@fleet.job("noop")
+def noop(ctx: JobContext) -> None:
+    _record("done", ctx)
+
+
+@fleet.job("sleep")
+def sleep(ctx: JobContext) -> None:
+    """Sleeps args.seconds, cooperatively: a cancelled attempt stops at once."""
+    _record("start", ctx)
+    if ctx.wait(float(ctx.args.get("seconds", 1))):
+        _record("cancelled", ctx)
+        ctx.check()
+    _record("done", ctx)
+
+
+@fleet.job("fail")
+def fail(ctx: JobContext) -> None:
+    _record("start", ctx)
+    raise RuntimeError("always fails")
+
+
+@fleet.job("permanent")
+def permanent(ctx: JobContext) -> None:
+    _record("start", ctx)
+    raise fleet.Permanent("cannot succeed")
+
+
+@fleet.job("flaky")
+def flaky(ctx: JobContext) -> None:
+    """Fails its first args.fail_times attempts, then succeeds."""
+    _record("start", ctx)
+    if ctx.attempt <= int(ctx.args.get("fail_times", 1)):
+        raise RuntimeError(f"flaky failure on attempt {ctx.attempt}")
+    _record("done", ctx)

@@ -1,0 +1,72 @@
+"""Test databases: a migrated template built once per session, a fresh copy for each test.
+
+The server is FLEET_DATABASE_URL's, or else the embedded PostgreSQL (started for the session in
+`.fleet/pgdata` of the repository and stopped at the end if the session started it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from fleet.db import connect
+from fleet.migrate import migrate
+
+ROOT = Path(__file__).resolve().parent.parent
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    url = os.environ.get("FLEET_DATABASE_URL")
+    if url:
+        yield url
+        return
+    from fleet.embedded import EMBEDDED_DIR, embedded_url, stop_embedded
+
+    was_running = (ROOT / EMBEDDED_DIR / "postmaster.pid").exists()
+    url = embedded_url(ROOT)
+    yield url
+    if not was_running:
+        stop_embedded(ROOT)
+
+
+def _admin(server_url: str) -> psycopg.Connection[Any]:
+    return connect(server_url, "fleet-tests admin")
+
+
+@pytest.fixture(scope="session")
+def template_db(server_url: str) -> Iterator[str]:
+    name = f"fleet_tpl_{os.getpid()}"
+    with _admin(server_url) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    with connect(make_conninfo(server_url, dbname=name), "fleet-tests migrate") as conn:
+        migrate(conn)
+    yield name
+    with _admin(server_url) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db_url(server_url: str, template_db: str) -> Iterator[str]:
+    """A fresh, migrated database for one test."""
+    name = f"fleet_t_{os.getpid()}_{next(_counter)}"
+    with _admin(server_url) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield make_conninfo(server_url, dbname=name)
+    with _admin(server_url) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection[Any]]:
+    with connect(db_url, "fleet-tests") as c:
+        yield c

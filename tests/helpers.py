@@ -1,0 +1,108 @@
+"""Shared test tools: applying schedule text, waiting on conditions, running fleet processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+
+from fleet.schedfile import load
+from ops.apply import ApplyResult, apply_specs
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+T = TypeVar("T")
+
+
+def apply_text(conn: psycopg.Connection[Any], text: str, prune: bool = False, now: Any = None) -> ApplyResult:
+    return apply_specs(conn, load(text), prune=prune, now=now)
+
+
+def wait_for(fn: Callable[[], T], timeout: float = 20.0, interval: float = 0.05, what: str = "") -> T:
+    """Poll `fn` until it returns something truthy; fail after `timeout` seconds."""
+    end = time.monotonic() + timeout
+    last: T = fn()
+    while not last:
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or fn}")
+        time.sleep(interval)
+        last = fn()
+    return last
+
+
+def scalar(conn: psycopg.Connection[Any], sql: str, params: Any = None) -> Any:
+    row = conn.execute(sql, params).fetchone()
+    assert row is not None
+    return next(iter(row.values()))
+
+
+def env_for(db_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "OTEL_"))}
+    env.update(FLEET_DATABASE_URL=db_url, OTEL_TRACES_EXPORTER="none", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "apps"), str(ROOT)])
+    env.update(extra)
+    return env
+
+
+class Proc:
+    """A fleet process started by a test; its output goes to a file the test can read."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path, prefix: list[str] | None = None) -> None:
+        self.log_path = log
+        self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.popen = subprocess.Popen(
+            [*(prefix or []), *argv], env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def signal(self, sig: int) -> None:
+        if self.popen.poll() is None:
+            os.kill(self.popen.pid, sig)
+
+    def wait(self, timeout: float) -> int:
+        return self.popen.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            os.kill(self.popen.pid, signal.SIGCONT)
+            self.popen.kill()
+            self.popen.wait(10)
+        self._log.close()
+
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def processes() -> Iterator[list[Proc]]:
+    """Every process appended to the yielded list is killed (by pid) when the block ends."""
+    started: list[Proc] = []
+    try:
+        yield started
+    finally:
+        for p in started:
+            p.stop()
+
+
+def ticker_cmd(*args: str) -> list[str]:
+    return [str(BIN / "fleet-ticker"), *args]
+
+
+def worker_cmd(*args: str) -> list[str]:
+    return [str(BIN / "fleet-worker"), *args]
+
+
+def fleetctl_cmd(*args: str) -> list[str]:
+    return [str(BIN / "fleetctl"), *args]

@@ -1,0 +1,186 @@
+"""Claims, leases, fencing, retries and overlap at the statement level, on a real database."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.helpers import apply_text, scalar
+from worker.attempt import Attempt, Outcome
+from worker.claim import run_claim
+from worker.finish import decide, run_finish
+from worker.heartbeat import run_heartbeat
+
+UTC = timezone.utc
+T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
+LEASE = 10.0
+
+
+def schedule(conn: psycopg.Connection[Any], name: str = "s", job: str = "noop", **policies: str) -> None:
+    extra = "".join(f'{k} = {v}\n' for k, v in policies.items())
+    apply_text(conn, f'[[schedule]]\nname = "{name}"\nevery = "1h"\njob = "{job}"\n{extra}', now=T0)
+
+
+def add_run(conn: psycopg.Connection[Any], name: str, slot: datetime, job: str = "noop", overlap: str = "allow") -> None:
+    conn.execute(
+        "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, run_after) VALUES (%s, %s, %s, %s, %s)",
+        (name, slot, job, overlap, slot),
+    )
+
+
+def claim(conn: psycopg.Connection[Any], now: datetime, worker: str = "w1", limit: int = 10,
+          jobs: tuple[str, ...] = ("noop",)) -> tuple[list[Attempt], list[dict[str, Any]]]:
+    return run_claim(conn, worker_id=worker, jobs=jobs, limit=limit, lease_s=LEASE, now=now)
+
+
+def row(conn: psycopg.Connection[Any], name: str = "s", slot: datetime = T0) -> dict[str, Any]:
+    r = conn.execute("SELECT * FROM job_runs WHERE schedule_name = %s AND scheduled_for = %s", (name, slot)).fetchone()
+    assert r is not None
+    return r
+
+
+def test_claim_takes_due_pending_runs_with_a_lease(conn: psycopg.Connection[Any]) -> None:
+    schedule(conn)
+    add_run(conn, "s", T0)
+    add_run(conn, "s", T0 + timedelta(hours=1))  # not due yet
+    got, _ = claim(conn, T0 + timedelta(seconds=1))
+    assert [a.slot for a in got] == [T0]
+    r = row(conn)
+    assert (r["status"], r["attempts"], r["locked_by"]) == ("running", 1, "w1")
+    assert r["locked_until"] == T0 + timedelta(seconds=1 + LEASE)
+    hist = conn.execute("SELECT attempt, worker_id, outcome FROM job_attempts").fetchall()
+    assert hist == [{"attempt": 1, "worker_id": "w1", "outcome": None}]
+    assert len(got[0].trace_id or "") == 32 and len(got[0].span_id or "") == 16
+
+
+def test_unknown_jobs_are_never_claimed(conn: psycopg.Connection[Any]) -> None:
+    schedule(conn, job="secret")
+    add_run(conn, "s", T0, job="secret")
+    assert claim(conn, T0 + timedelta(seconds=1))[0] == []
+    assert row(conn)["status"] == "pending"
+
+
+def test_expired_lease_is_reclaimed_and_the_stale_worker_is_fenced(conn: psycopg.Connection[Any]) -> None:
+    schedule(conn)
+    add_run(conn, "s", T0)
+    (first,), _ = claim(conn, T0, worker="w1")
+    # Within the lease nobody else can take it.
+    assert claim(conn, T0 + timedelta(seconds=LEASE - 1), worker="w2")[0] == []
+    (second,), _ = claim(conn, T0 + timedelta(seconds=LEASE + 1), worker="w2")
+    assert second.attempt == 2 and second.reclaimed and second.prev_worker == "w1"
+    assert second.prev_span_id == first.span_id
+    r = row(conn)
+    assert (r["attempts"], r["failures"], r["locked_by"], r["last_outcome"]) == (2, 1, "w2", "lease_expired")
+    lost = conn.execute("SELECT outcome FROM job_attempts WHERE attempt = 1").fetchone()
+    assert lost == {"outcome": "lease_expired"}
+    # The zombie's heartbeat and its finish match nothing.
+    assert run_heartbeat(conn, [first], LEASE) == set()
+    assert run_finish(conn, [(first, Outcome("done", "done"))]) == set()
+    after = row(conn)
+    assert (after["status"], after["attempts"], after["locked_by"], after["finished_at"]) == ("running", 2, "w2", None)
+    # The current owner's writes go through.
+    assert run_heartbeat(conn, [second], LEASE) == {second.key}
+    assert run_finish(conn, [(second, Outcome("done", "done"))]) == {second.key}
+    assert row(conn)["status"] == "done"
+
+
+def test_failures_retry_with_backoff_then_dead(conn: psycopg.Connection[Any]) -> None:
+    schedule(conn, retry='{ max_attempts = 3, base = "10s", cap = "15s" }')
+    add_run(conn, "s", T0)
+    now = T0
+    ceilings = []
+    for n in (1, 2, 3):
+        (a,), _ = claim(conn, now)
+        outcome = decide(a, "failed", "boom", rand=lambda: 0.999999)
+        run_finish(conn, [(a, outcome)], now=now)
+        r = row(conn)
+        if n < 3:
+            assert r["status"] == "pending" and r["failures"] == n
+            ceilings.append((r["run_after"] - now).total_seconds())
+            now = r["run_after"]
+        else:
+            assert r["status"] == "dead" and r["failures"] == 3 and "boom" in r["last_error"]
+    assert ceilings == [pytest.approx(10, abs=0.01), pytest.approx(15, abs=0.01)]  # min(cap, base*2^(n-1))
+
+
+def test_permanent_error_is_dead_at_once(conn: psycopg.Connection[Any]) -> None:
+    schedule(conn)
+    add_run(conn, "s", T0)
+    (a,), _ = claim(conn, T0)
+    run_finish(conn, [(a, decide(a, "permanent", "Permanent: no"))], now=T0)
+    r = row(conn)
+    assert (r["status"], r["attempts"], r["failures"]) == ("dead", 1, 1)
+
+
+def test_overlap_skip_records_the_overlapping_slot_skipped(conn: psycopg.Connection[Any]) -> None:
+    schedule(conn, overlap='"skip"')
+    add_run(conn, "s", T0, overlap="skip")
+    (a,), _ = claim(conn, T0)
+    add_run(conn, "s", T0 + timedelta(seconds=5), overlap="skip")
+    got, skipped = claim(conn, T0 + timedelta(seconds=5))
+    assert got == [] and [r["scheduled_for"] for r in skipped] == [T0 + timedelta(seconds=5)]
+    r = row(conn, slot=T0 + timedelta(seconds=5))
+    assert r["status"] == "skipped" and "overlap" in r["last_error"]
+    # Once the first run ends the gate is free for the next slot.
+    run_finish(conn, [(a, Outcome("done", "done"))])
+    add_run(conn, "s", T0 + timedelta(seconds=8), overlap="skip")
+    got, _ = claim(conn, T0 + timedelta(seconds=8))
+    assert [g.slot for g in got] == [T0 + timedelta(seconds=8)]
+
+
+def test_overlap_skip_keeps_the_gate_through_retries(conn: psycopg.Connection[Any]) -> None:
+    schedule(conn, overlap='"skip"')
+    add_run(conn, "s", T0, overlap="skip")
+    (a,), _ = claim(conn, T0)
+    run_finish(conn, [(a, decide(a, "failed", "x", rand=lambda: 0.0))], now=T0)  # retry due at once
+    add_run(conn, "s", T0 + timedelta(seconds=1), overlap="skip")
+    got, skipped = claim(conn, T0 + timedelta(seconds=2))
+    assert [g.slot for g in got] == [T0] and len(skipped) == 1
+
+
+def test_overlap_queue_waits_for_the_previous_run(conn: psycopg.Connection[Any]) -> None:
+    schedule(conn, overlap='"queue"')
+    add_run(conn, "s", T0, overlap="queue")
+    (a,), _ = claim(conn, T0)
+    add_run(conn, "s", T0 + timedelta(seconds=5), overlap="queue")
+    assert claim(conn, T0 + timedelta(seconds=6)) == ([], [])
+    assert row(conn, slot=T0 + timedelta(seconds=5))["status"] == "pending"
+    run_finish(conn, [(a, Outcome("done", "done"))])
+    got, _ = claim(conn, T0 + timedelta(seconds=7))
+    assert [g.slot for g in got] == [T0 + timedelta(seconds=5)]
+
+
+def test_overlap_allow_runs_slots_together(conn: psycopg.Connection[Any]) -> None:
+    schedule(conn, overlap='"allow"')
+    add_run(conn, "s", T0, overlap="allow")
+    add_run(conn, "s", T0 + timedelta(seconds=1), overlap="allow")
+    got, _ = claim(conn, T0 + timedelta(seconds=2))
+    assert len(got) == 2
+
+
+def test_reclaim_after_the_last_allowed_attempt_is_reported(conn: psycopg.Connection[Any]) -> None:
+    schedule(conn, retry="{ max_attempts = 1 }")
+    add_run(conn, "s", T0)
+    claim(conn, T0)
+    (a,), _ = claim(conn, T0 + timedelta(seconds=LEASE + 1), worker="w2")
+    assert a.failures >= a.max_attempts  # the worker records it dead instead of running it
+
+
+def test_claim_plans_use_the_partial_indexes(conn: psycopg.Connection[Any]) -> None:
+    schedule(conn)
+    conn.execute(
+        "INSERT INTO job_runs (schedule_name, scheduled_for, job, status, run_after, finished_at) "
+        "SELECT 's', %s - make_interval(secs => g), 'noop', 'done', %s, %s FROM generate_series(1, 100000) g",
+        (T0, T0, T0),
+    )
+    add_run(conn, "s", T0)
+    conn.execute("ANALYZE job_runs")
+    params = {"now": T0, "jobs": ["noop"], "limit": 10, "lease_s": 10, "worker": "w", "host": "h", "pid": 1}
+    from fleet.queries import q
+
+    plan = "\n".join(r["QUERY PLAN"] for r in conn.execute("EXPLAIN " + q("run_claim"), params))
+    assert "job_runs_pending" in plan and "job_runs_leases" in plan, plan
+    assert "Seq Scan on job_runs" not in plan, plan

@@ -1,0 +1,112 @@
+"""The ticker against a real database: catch-up policies, limits, the database clock."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.helpers import apply_text, scalar
+from ticker.tick import run_once
+
+UTC = timezone.utc
+T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
+
+
+def _runs(conn: psycopg.Connection[Any], status: str | None = None) -> list[datetime]:
+    sql = "SELECT scheduled_for FROM job_runs"
+    if status:
+        sql += " WHERE status = %s"
+    sql += " ORDER BY scheduled_for"
+    return [r["scheduled_for"] for r in conn.execute(sql, (status,) if status else None)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [("skip", []), ("latest", [T0.replace(minute=45)]),
+     ("all", [T0.replace(minute=15), T0.replace(minute=30), T0.replace(minute=45)])],
+)
+def test_catchup_after_outage(conn: psycopg.Connection[Any], policy: str, expected: list[datetime]) -> None:
+    # A 15-minute job; the last tick before the outage ran at 10:02, the ticker is back at 10:52.
+    apply_text(conn, f"""
+[[schedule]]
+name = "quarterly"
+every = "15m"
+job = "noop"
+start_at = "2026-11-02T10:15:00Z"
+catchup = "{policy}"
+""", now=T0 + timedelta(minutes=2))
+    back = T0 + timedelta(minutes=52)
+    result = run_once(conn, batch_size=10, catchup_limit=100, now=back)
+    assert _runs(conn, "pending") == expected
+    assert result.created == len(expected)
+    nxt = scalar(conn, "SELECT next_run_at FROM schedules WHERE name = 'quarterly'")
+    assert nxt == T0 + timedelta(hours=1) and nxt > back
+    # A second tick at the same instant creates nothing more.
+    assert run_once(conn, batch_size=10, catchup_limit=100, now=back).created == 0
+
+
+def test_on_time_slot_is_created_once_per_tick_series(conn: psycopg.Connection[Any]) -> None:
+    apply_text(conn, '[[schedule]]\nname = "m"\nevery = "1m"\njob = "noop"\ncatchup = "skip"\n', now=T0)
+    for s in range(0, 180, 7):  # ticks every 7 s for 3 minutes, each within the grace period
+        run_once(conn, batch_size=10, catchup_limit=100, now=T0 + timedelta(seconds=s))
+    assert _runs(conn) == [T0, T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)]
+
+
+def test_max_lateness_records_skipped(conn: psycopg.Connection[Any]) -> None:
+    apply_text(conn, """
+[[schedule]]
+name = "late"
+every = "15m"
+job = "noop"
+start_at = "2026-11-02T10:15:00Z"
+catchup = "all"
+max_lateness = "20m"
+""", now=T0)
+    run_once(conn, batch_size=10, catchup_limit=100, now=T0 + timedelta(minutes=52))
+    assert _runs(conn, "pending") == [T0.replace(minute=45)]
+    assert _runs(conn, "skipped") == [T0.replace(minute=15), T0.replace(minute=30)]
+    reason = scalar(conn, "SELECT last_error FROM job_runs WHERE status = 'skipped' LIMIT 1")
+    assert "max_lateness" in reason
+
+
+def test_catchup_all_is_bounded_per_tick(conn: psycopg.Connection[Any]) -> None:
+    apply_text(conn, """
+[[schedule]]
+name = "flood"
+every = "1s"
+job = "noop"
+start_at = "2026-11-02T09:00:00Z"
+catchup = "all"
+""", now=T0)
+    r = run_once(conn, batch_size=10, catchup_limit=500, now=T0)
+    assert r.created == 500 and r.still_due
+    ticks = 1
+    while run_once(conn, batch_size=10, catchup_limit=500, now=T0).created:
+        ticks += 1
+    assert scalar(conn, "SELECT count(*) FROM job_runs") == 3601  # 09:00:00 .. 10:00:00 inclusive
+    assert ticks == 8
+
+
+def test_disabled_and_paused_schedules_do_not_tick(conn: psycopg.Connection[Any]) -> None:
+    text = '[[schedule]]\nname = "a"\nevery = "1m"\njob = "noop"\n[[schedule]]\nname = "b"\nevery = "1m"\njob = "noop"\n'
+    apply_text(conn, text, now=T0)
+    apply_text(conn, '[[schedule]]\nname = "a"\nevery = "1m"\njob = "noop"\n', prune=True, now=T0)
+    conn.execute("UPDATE schedules SET paused_at = now() WHERE name = 'a'")
+    assert run_once(conn, batch_size=10, catchup_limit=10, now=T0 + timedelta(minutes=5)).schedules == 0
+    assert _runs(conn) == []
+
+
+def test_ticker_uses_database_clock_for_due(conn: psycopg.Connection[Any]) -> None:
+    # With no injected instant, due-ness is the database's now(): a schedule due an hour from the
+    # database's point of view is not materialised, one due a minute ago is.
+    db_now = scalar(conn, "SELECT now()")
+    apply_text(conn, '[[schedule]]\nname = "future"\nevery = "1h"\njob = "noop"\n'
+               f'start_at = "{(db_now + timedelta(hours=1)).isoformat()}"\n'
+               '[[schedule]]\nname = "past"\nevery = "1h"\njob = "noop"\ncatchup = "all"\n'
+               f'start_at = "{(db_now - timedelta(minutes=1)).isoformat()}"\n')
+    run_once(conn, batch_size=10, catchup_limit=10)
+    names = [r["schedule_name"] for r in conn.execute("SELECT schedule_name FROM job_runs")]
+    assert names == ["past"]

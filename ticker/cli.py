@@ -1,0 +1,40 @@
+"""`fleet-ticker`: turns due schedule slots into run rows until stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from fleet import logs
+from fleet.errors import ConfigError, DatabaseUnavailable
+from fleet.settings import ticker_settings
+from ticker.loop import Ticker
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = ticker_settings(argv, os.environ)
+    except ConfigError as e:
+        print(f"fleet-ticker: {e}", file=sys.stderr)
+        return 2
+    logs.configure(settings.log_format, process="ticker")
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        logs.event("stop_requested", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return Ticker(settings, stop).run()
+    except DatabaseUnavailable as e:
+        print(f"fleet-ticker: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""The ticker's loop: tick, then sleep until the earliest next slot, waking early on NOTIFY."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+from fleet import logs
+from fleet.db import connect, connect_retrying, redact, resolve_url
+from fleet.queries import q
+from fleet.registry import process_register, process_remove, process_touch
+from fleet.settings import TickerSettings
+from ticker.tick import TickResult, run_once
+
+_LEADER_KEY = 0x666C7469636B  # "fltick": the leader lock, a session-level advisory lock
+_RECONNECT_DEADLINE_S = 365 * 86400.0  # keep trying: a process manager restarting us helps nobody
+_WAIT_SLICE_S = 0.25  # longest uninterrupted wait, so a stop request is seen promptly
+
+
+class Ticker:
+    """Runs ticks until `stop` is set (or, with until_idle, until nothing is due)."""
+
+    def __init__(self, settings: TickerSettings, stop: threading.Event | None = None) -> None:
+        self.settings = settings
+        self.stop = stop or threading.Event()
+        self.url = resolve_url(settings.database_url)
+        self.conn: psycopg.Connection[Any] | None = None
+        self.listen: psycopg.Connection[Any] | None = None
+        self.is_leader = not settings.leader
+        self.last_touch = 0.0
+        self.ticks = 0
+
+    def _connect(self) -> None:
+        app = f"fleet-ticker {self.settings.ticker_id}"
+        self.conn = connect_retrying(
+            self.url, app, _RECONNECT_DEADLINE_S, lambda e: logs.event("db_unavailable", error=str(e))
+        )
+        self.listen = connect(self.url, app + " listen")
+        self.listen.execute("LISTEN fleet_schedules")
+        process_register(self.conn, self.settings.ticker_id, "ticker")
+        self.is_leader = not self.settings.leader
+
+    def _close(self) -> None:
+        for c in (self.conn, self.listen):
+            if c is not None and not c.closed:
+                c.close()
+        self.conn = self.listen = None
+
+    def _hold_leadership(self) -> bool:
+        """Take or keep the leader lock; the lock lives as long as the listen session."""
+        assert self.listen is not None
+        if self.is_leader:
+            self.listen.execute("SELECT 1")  # a dead session would mean the lock is gone
+            return True
+        got = self.listen.execute("SELECT pg_try_advisory_lock(%s) AS ok", (_LEADER_KEY,)).fetchone()
+        self.is_leader = bool(got and got["ok"])
+        if self.is_leader:
+            logs.event("leader_acquired", ticker_id=self.settings.ticker_id)
+        return self.is_leader
+
+    def run(self) -> int:
+        logs.event("ticker_started", ticker_id=self.settings.ticker_id, database=redact(self.url))
+        try:
+            while not self.stop.is_set():
+                try:
+                    if self.conn is None:
+                        self._connect()
+                    done = self._step()
+                    if done:
+                        break
+                except psycopg.OperationalError as e:
+                    logs.event("db_error", ticker_id=self.settings.ticker_id, error=str(e).strip())
+                    self._close()
+                    self.stop.wait(1.0)
+        finally:
+            if self.conn is not None and not self.conn.closed:
+                try:
+                    process_remove(self.conn, self.settings.ticker_id)
+                except psycopg.Error:
+                    pass
+            self._close()
+            logs.event("ticker_stopped", ticker_id=self.settings.ticker_id, ticks=self.ticks)
+        return 0
+
+    def _step(self) -> bool:
+        """One tick and the sleep after it; True when an until-idle run is finished."""
+        assert self.conn is not None
+        s = self.settings
+        now_mono = time.monotonic()
+        if now_mono - self.last_touch > 5:
+            process_touch(self.conn, s.ticker_id)
+            self.last_touch = now_mono
+        if not self._hold_leadership():
+            self._wait(min(s.poll_s, 1.0))
+            return False
+        result = self.tick()
+        if s.until_idle and not result.still_due and result.schedules == 0:
+            return True
+        if result.still_due:
+            return False
+        row = self.conn.execute(q("schedule_next_wait"), {"now": None}).fetchone()
+        wait = row["wait_s"] if row and row["wait_s"] is not None else s.poll_s
+        if s.until_idle and wait > 0:
+            return True
+        self._wait(max(0.0, min(wait, s.poll_s)))
+        return False
+
+    def tick(self) -> TickResult:
+        assert self.conn is not None
+        result = run_once(self.conn, batch_size=self.settings.batch_size, catchup_limit=self.settings.catchup_limit)
+        self.ticks += 1
+        if result.created or result.skipped:
+            logs.event(
+                "tick", ticker_id=self.settings.ticker_id, schedules=result.schedules,
+                created=result.created, skipped=result.skipped, missed=result.missed,
+            )
+        return result
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep up to `seconds` (monotonic), returning early on a NOTIFY or a stop request."""
+        assert self.listen is not None
+        end = time.monotonic() + seconds
+        while not self.stop.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            for _ in self.listen.notifies(timeout=min(left, _WAIT_SLICE_S), stop_after=1):
+                return

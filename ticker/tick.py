@@ -1,0 +1,102 @@
+"""One tick: take due schedules in a batch, create their slots once, advance them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from fleet import logs
+from fleet.catchup import plan_slots
+from fleet.queries import q
+from fleet.schedule import Timing
+
+
+@dataclass
+class TickResult:
+    schedules: int = 0  # due schedules handled
+    created: int = 0  # pending runs created
+    skipped: int = 0  # rows recorded as skipped (max_lateness)
+    missed: int = 0  # slots dropped by catch-up policy
+    still_due: bool = False  # a batch or a catch-up limit was full: tick again at once
+
+
+def timing_of(row: dict[str, Any]) -> Timing:
+    return Timing(
+        every=row["every"], cron=row["cron"], timezone=row["timezone"], anchor=row["start_at"],
+        dst_repeated=row["dst_repeated"], dst_missing=row["dst_missing"],
+    )
+
+
+def run_once(
+    conn: psycopg.Connection[Any],
+    *,
+    batch_size: int,
+    catchup_limit: int,
+    now: datetime | None = None,
+    trace_ids: tuple[str, str] | None = None,
+) -> TickResult:
+    """Materialise the slots of up to `batch_size` due schedules in one transaction.
+
+    Due-ness and slot times come from the database: `now()` (or `now` in tests) and the stored
+    `next_run_at`. Concurrent tickers skip each other's locked schedules, and the primary key with
+    ON CONFLICT DO NOTHING makes each slot one row even if two tickers ever overlap.
+    """
+    result = TickResult()
+    with conn.transaction():
+        rows = conn.execute(q("schedule_due"), {"now": now, "limit": batch_size}).fetchall()
+        if not rows:
+            return result
+        names: list[str] = []
+        slots: list[datetime] = []
+        statuses: list[str] = []
+        reasons: list[str | None] = []
+        adv_names: list[str] = []
+        adv_next: list[datetime | None] = []
+        adv_missed: list[int] = []
+        for row in rows:
+            plan = plan_slots(
+                timing_of(row), row["catchup"], row["next_run_at"], row["db_now"],
+                grace=row["grace"], max_lateness=row["max_lateness"], limit=catchup_limit,
+            )
+            for slot in plan.run:
+                names.append(row["name"])
+                slots.append(slot)
+                statuses.append("pending")
+                reasons.append(None)
+            for slot, reason in plan.skipped:
+                names.append(row["name"])
+                slots.append(slot)
+                statuses.append("skipped")
+                reasons.append(reason)
+            adv_names.append(row["name"])
+            adv_next.append(plan.next_run_at)
+            adv_missed.append(plan.missed)
+            if plan.missed:
+                logs.event(
+                    "slots_missed", schedule=row["name"], count=plan.missed, policy=row["catchup"],
+                    since=row["next_run_at"],
+                )
+            if plan.next_run_at is not None and plan.next_run_at <= row["db_now"]:
+                result.still_due = True
+        result.schedules = len(rows)
+        result.still_due = result.still_due or len(rows) == batch_size
+        result.missed = sum(adv_missed)
+        if names:
+            created = conn.execute(
+                q("slot_materialize"),
+                {
+                    "names": names, "slots": slots, "statuses": statuses, "reasons": reasons,
+                    "origin": "schedule", "now": now,
+                    "trace_id": trace_ids[0] if trace_ids else None,
+                    "span_id": trace_ids[1] if trace_ids else None,
+                },
+            ).fetchall()
+            result.created = sum(1 for r in created if r["status"] == "pending")
+            result.skipped = sum(1 for r in created if r["status"] == "skipped")
+        conn.execute(q("schedule_advance"), {"names": adv_names, "next_run_ats": adv_next, "missed": adv_missed})
+        if result.created:
+            conn.execute(q("run_notify"))  # delivered at commit: workers wake at once
+    return result

@@ -1,0 +1,126 @@
+"""One claimed attempt of a run, and running its handler to an outcome."""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from fleet.errors import Cancelled, Permanent
+from fleet.jobs import Handler, JobContext, idempotency_key
+
+# running: the handler runs and this worker owns the lease.
+# recorded: the outcome is decided (finished, timed out, handed back); the thread may still run.
+# fenced: the lease was lost; nothing about this attempt may be written any more.
+State = Literal["running", "recorded", "fenced"]
+
+
+@dataclass
+class Outcome:
+    """How an attempt ended, as the finish statement records it."""
+
+    status: Literal["done", "pending", "dead"]
+    outcome: str  # done | failed | timeout | dead | handed_back
+    error: str | None = None
+    delay_s: float = 0.0
+    spent: int = 0  # 1 when the attempt counts against the retry budget
+
+
+@dataclass
+class Attempt:
+    """A run claimed by this worker (row values from the claim, local bookkeeping after)."""
+
+    schedule: str
+    slot: datetime
+    job: str
+    args: dict[str, Any]
+    attempt: int
+    failures: int
+    timeout: timedelta | None
+    max_attempts: int
+    retry_base: timedelta
+    retry_cap: timedelta
+    started_at: datetime
+    db_now: datetime
+    trace_id: str | None = None
+    span_id: str | None = None
+    created_trace_id: str | None = None
+    created_span_id: str | None = None
+    prev_status: str | None = None
+    prev_trace_id: str | None = None
+    prev_span_id: str | None = None
+    prev_outcome: str | None = None
+    prev_worker: str | None = None
+    prev_started_at: datetime | None = None
+    prev_locked_until: datetime | None = None
+    origin: str = "schedule"
+    state: State = "running"
+    cancel: threading.Event = field(default_factory=threading.Event)
+    started_mono: float = field(default_factory=time.monotonic)
+    lease_deadline_mono: float = 0.0
+    verdict: tuple[str, str | None] = ("", None)  # set by the handler thread when it returns
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], lease_s: float, claimed_mono: float) -> Attempt:
+        a = cls(
+            schedule=row["schedule_name"], slot=row["scheduled_for"], job=row["job"], args=row["args"] or {},
+            attempt=row["attempts"], failures=row["failures"], timeout=row["timeout"],
+            max_attempts=row["max_attempts"], retry_base=row["retry_base"], retry_cap=row["retry_cap"],
+            started_at=row["started_at"], db_now=row["db_now"], trace_id=row["trace_id"], span_id=row["span_id"],
+            created_trace_id=row["created_trace_id"], created_span_id=row["created_span_id"],
+            prev_status=row["prev_status"], prev_trace_id=row["prev_trace_id"], prev_span_id=row["prev_span_id"],
+            prev_outcome=row["prev_outcome"], prev_worker=row["prev_worker"],
+            prev_started_at=row["prev_started_at"], prev_locked_until=row["prev_locked_until"],
+            origin=row["origin"],
+        )
+        # The lease is trusted locally only from before the claim was sent, never longer.
+        a.lease_deadline_mono = claimed_mono + lease_s
+        return a
+
+    @property
+    def key(self) -> tuple[str, datetime]:
+        return (self.schedule, self.slot)
+
+    @property
+    def idempotency_key(self) -> str:
+        return idempotency_key(self.schedule, self.slot)
+
+    @property
+    def reclaimed(self) -> bool:
+        return self.prev_status == "running"
+
+    def deadline_mono(self) -> float | None:
+        return self.started_mono + self.timeout.total_seconds() if self.timeout else None
+
+    def context(self, worker_id: str) -> JobContext:
+        return JobContext(
+            schedule=self.schedule, slot=self.slot, attempt=self.attempt, args=self.args, worker_id=worker_id,
+            job=self.job, cancel_event=self.cancel,
+        )
+
+
+def execute(handler: Handler, ctx: JobContext) -> tuple[str, str | None]:
+    """Run the handler; returns ("done"|"permanent"|"failed"|"cancelled", error text)."""
+    try:
+        handler(ctx)
+    except Permanent as e:
+        return "permanent", _error(e)
+    except Cancelled as e:
+        return "cancelled", _error(e)
+    except Exception as e:  # noqa: BLE001 - any handler error is the attempt's outcome
+        if ctx.cancelled:
+            return "cancelled", _error(e)
+        return "failed", _error(e)
+    return "done", None
+
+
+def _error(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}"
+    tb = traceback.extract_tb(e.__traceback__)
+    if tb:
+        last = tb[-1]
+        text += f" (at {last.filename}:{last.lineno})"
+    return text[:4000]

@@ -1,0 +1,45 @@
+"""Claiming due runs under a lease: one statement for a whole batch."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from fleet.queries import q
+from worker.attempt import Attempt
+
+_HOST = socket.gethostname()
+
+
+def run_claim(
+    conn: psycopg.Connection[Any],
+    *,
+    worker_id: str,
+    jobs: Sequence[str],
+    limit: int,
+    lease_s: float,
+    now: datetime | None = None,
+) -> tuple[list[Attempt], list[dict[str, Any]]]:
+    """Claim up to `limit` claimable runs of `jobs`; returns (attempts, runs skipped for overlap).
+
+    Claimable: pending and due, or running with an expired lease. Concurrent claimers skip each
+    other's rows (SKIP LOCKED) and never wait on them. Each claim increments `attempts`, the
+    fencing token every later write of the attempt is conditioned on.
+    """
+    sent = time.monotonic()
+    rows = conn.execute(
+        q("run_claim"),
+        {
+            "now": now, "jobs": list(jobs), "limit": limit, "lease_s": lease_s, "worker": worker_id,
+            "host": _HOST, "pid": os.getpid(),
+        },
+    ).fetchall()
+    attempts = [Attempt.from_row(r, lease_s, sent) for r in rows if r["skipped_reason"] is None]
+    skipped = [r for r in rows if r["skipped_reason"] is not None]
+    return attempts, skipped

@@ -1,0 +1,54 @@
+"""`fleet-worker`: imports the app's job modules, then claims and runs until stopped."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from fleet import logs, telemetry
+from fleet.command_jobs import load_command_jobs
+from fleet.errors import ConfigError
+from fleet.jobs import registered
+from fleet.settings import worker_settings
+from worker.loop import Worker
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = worker_settings(argv, os.environ)
+        sys.path.insert(0, os.getcwd())
+        for module in settings.app:
+            try:
+                importlib.import_module(module)
+            except ImportError as e:
+                raise ConfigError(f"--app: cannot import {module!r}: {e}") from None
+        if settings.jobs_file:
+            load_command_jobs(settings.jobs_file)
+        handlers = registered()
+        if not handlers:
+            raise ConfigError("--app: the modules registered no job (use @fleet.job(\"name\"))")
+    except ConfigError as e:
+        print(f"fleet-worker: {e}", file=sys.stderr)
+        return 2
+    logs.configure(settings.log_format, process="worker")
+    telemetry.configure("fleet-worker", settings.worker_id)
+    stop = threading.Event()
+    worker = Worker(settings, handlers, stop)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if not stop.is_set():
+            logs.event("stop_requested", worker_id=settings.worker_id, signal=signal.Signals(signum).name)
+        stop.set()
+        worker.wake.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return worker.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Deciding an attempt's outcome (retry, dead, done) and recording outcomes, fenced, in one statement."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from fleet.backoff import backoff_delay
+from fleet.queries import q
+from worker.attempt import Attempt, Outcome
+
+
+def decide(attempt: Attempt, verdict: str, error: str | None, rand: Callable[[], float] = random.random) -> Outcome:
+    """The outcome of an attempt whose handler returned `verdict` (done/permanent/failed/timeout)."""
+    if verdict == "done":
+        return Outcome("done", "done")
+    if verdict == "permanent":
+        return Outcome("dead", "dead", error, spent=1)
+    failures = attempt.failures + 1
+    if failures >= attempt.max_attempts:
+        return Outcome("dead", "dead", f"{error} (attempt budget of {attempt.max_attempts} spent)", spent=1)
+    delay = backoff_delay(
+        failures, attempt.retry_base.total_seconds(), attempt.retry_cap.total_seconds(), rand
+    )
+    return Outcome("pending", "timeout" if verdict == "timeout" else "failed", error, delay_s=delay, spent=1)
+
+
+def handed_back() -> Outcome:
+    """A run given back on shutdown: claimable again at once, no retry budget spent."""
+    return Outcome("pending", "handed_back", "handed back: the worker was stopping")
+
+
+def run_finish(
+    conn: psycopg.Connection[Any], finished: Sequence[tuple[Attempt, Outcome]], now: datetime | None = None
+) -> set[tuple[str, datetime]]:
+    """Record outcomes; returns the keys actually written (others were fenced out)."""
+    if not finished:
+        return set()
+    rows = conn.execute(
+        q("run_finish"),
+        {
+            "now": now,
+            "names": [a.schedule for a, _ in finished],
+            "slots": [a.slot for a, _ in finished],
+            "attempts": [a.attempt for a, _ in finished],
+            "statuses": [o.status for _, o in finished],
+            "outcomes": [o.outcome for _, o in finished],
+            "errors": [o.error for _, o in finished],
+            "delays": [o.delay_s for _, o in finished],
+            "spent": [o.spent for _, o in finished],
+        },
+    ).fetchall()
+    return {(r["schedule_name"], r["scheduled_for"]) for r in rows}

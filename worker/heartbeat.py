@@ -1,0 +1,79 @@
+"""Lease renewal off the handlers' threads; cancels attempts whose lease is lost."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from fleet import logs
+from fleet.queries import q
+from fleet.registry import process_touch
+
+if TYPE_CHECKING:
+    from worker.loop import Worker
+
+_TOUCH_EVERY_S = 5.0
+
+
+def run_heartbeat(conn: psycopg.Connection[Any], attempts: list[Any], lease_s: float) -> set[tuple[str, Any]]:
+    """Renew the leases of `attempts` (fenced on their attempt numbers); returns the renewed keys."""
+    if not attempts:
+        return set()
+    rows = conn.execute(
+        q("run_heartbeat"),
+        {
+            "now": None, "lease_s": lease_s, "names": [a.schedule for a in attempts],
+            "slots": [a.slot for a in attempts], "attempts": [a.attempt for a in attempts],
+        },
+    ).fetchall()
+    return {(r["schedule_name"], r["scheduled_for"]) for r in rows}
+
+
+class Heartbeat(threading.Thread):
+    """Renews every running attempt's lease each `period` seconds, in one statement.
+
+    An attempt whose row no longer matches (another worker took the lease over), or whose lease
+    ran out locally while the database could not be reached, is fenced: its handler is cancelled
+    and nothing about it is written any more.
+    """
+
+    def __init__(self, worker: Worker, pool: ConnectionPool[Any], on_fenced: Callable[[Any, str], None]) -> None:
+        super().__init__(name="fleet-heartbeat", daemon=True)
+        self.worker = worker
+        self.pool = pool
+        self.on_fenced = on_fenced
+        self.halt = threading.Event()
+        self.last_touch = 0.0
+
+    def run(self) -> None:
+        period = self.worker.settings.heartbeat_s
+        while not self.halt.wait(period):
+            self.beat()
+
+    def beat(self) -> None:
+        w = self.worker
+        try:
+            with self.pool.connection(timeout=max(1.0, w.settings.heartbeat_s)) as conn:
+                snapshot = w.running_attempts()
+                sent = time.monotonic()
+                renewed = run_heartbeat(conn, snapshot, w.settings.lease_s)
+                for a in snapshot:
+                    if a.key in renewed:
+                        a.lease_deadline_mono = sent + w.settings.lease_s
+                    else:
+                        self.on_fenced(a, "lease taken over by another worker")
+                if sent - self.last_touch >= _TOUCH_EVERY_S:
+                    process_touch(conn, w.settings.worker_id, len(w.inflight))
+                    self.last_touch = sent
+        except (psycopg.Error, Exception) as e:  # noqa: BLE001 - keep beating whatever went wrong
+            logs.event("heartbeat_error", worker_id=w.settings.worker_id, error=str(e).strip()[:500])
+        finally:
+            now = time.monotonic()
+            for a in w.running_attempts():
+                if now > a.lease_deadline_mono:
+                    self.on_fenced(a, "lease expired: the database could not be reached to renew it")

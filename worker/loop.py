@@ -1,0 +1,306 @@
+"""The worker: claim due runs, run their handlers on a fixed set of threads, record outcomes."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from fleet import logs, telemetry
+from fleet.db import make_pool, redact, resolve_url
+from fleet.jobs import Handler
+from fleet.queries import q
+from fleet.registry import process_register, process_remove
+from fleet.settings import WorkerSettings
+from worker.attempt import Attempt, Outcome, execute
+from worker.claim import run_claim
+from worker.finish import decide, handed_back, run_finish
+from worker.heartbeat import Heartbeat
+from worker.listen import Listener
+
+_STOP_POLL_S = 0.05
+_HANDBACK_WAIT_S = 5.0
+
+
+@dataclass
+class WorkerResult:
+    claimed: int = 0
+    requested: int = 0
+    recorded: int = 0
+    skipped: int = 0
+
+
+class Worker:
+    """Claims and runs until `stop` is set; `run_once` does one claim-and-record round."""
+
+    def __init__(
+        self, settings: WorkerSettings, handlers: dict[str, Handler], stop: threading.Event | None = None
+    ) -> None:
+        if not handlers:
+            raise ValueError("a worker needs at least one registered job")
+        self.settings = settings
+        self.handlers = handlers
+        self.jobs = sorted(handlers)
+        self.stop = stop or threading.Event()
+        self.wake = threading.Event()
+        self.lock = threading.Lock()
+        self.inflight: dict[tuple[str, Any], Attempt] = {}
+        self.to_record: list[tuple[Attempt, Outcome]] = []
+        self.todo: queue.SimpleQueue[Attempt | None] = queue.SimpleQueue()
+        self.done: queue.SimpleQueue[Attempt] = queue.SimpleQueue()
+        self.url = resolve_url(settings.database_url)
+        self.pool: ConnectionPool[Any] | None = None
+        self.threads: list[threading.Thread] = []
+        self.counts = {"done": 0, "failed": 0, "dead": 0, "fenced": 0}
+
+    # -- the handler threads -------------------------------------------------------------------
+
+    def _executor(self) -> None:
+        while True:
+            a = self.todo.get()
+            if a is None:
+                return
+            ctx = a.context(self.settings.worker_id)
+            with telemetry.attempt_span(a, ctx):
+                verdict, error = execute(self.handlers[a.job], ctx)
+            a.verdict = (verdict, error)
+            self.done.put(a)
+            self.wake.set()
+
+    # -- state shared with the heartbeat ---------------------------------------------------------
+
+    def running_attempts(self) -> list[Attempt]:
+        with self.lock:
+            return [a for a in self.inflight.values() if a.state == "running"]
+
+    def fence(self, a: Attempt, reason: str) -> None:
+        """The lease is lost: cancel the handler; its outcome will not be written."""
+        with self.lock:
+            if a.state != "running":
+                return
+            a.state = "fenced"
+        a.cancel.set()
+        self.counts["fenced"] += 1
+        self._log("heartbeat_lost", a, outcome="cancelled", error=reason)
+        self.wake.set()
+
+    def _record(self, a: Attempt, outcome: Outcome) -> bool:
+        with self.lock:
+            if a.state != "running":
+                return False
+            a.state = "recorded"
+        self.to_record.append((a, outcome))
+        return True
+
+    # -- one round -----------------------------------------------------------------------------
+
+    def run_once(self, conn: psycopg.Connection[Any]) -> WorkerResult:
+        """Collect finished handlers, stop overdue ones, record outcomes, then claim free slots."""
+        result = WorkerResult()
+        self._collect()
+        self._check_timeouts()
+        result.recorded = self._flush(conn)
+        if self.stop.is_set():
+            return result
+        free = self.settings.concurrency - len(self.inflight)
+        if free <= 0:
+            return result
+        result.requested = min(free, self.settings.claim_batch)
+        attempts, skipped = run_claim(
+            conn, worker_id=self.settings.worker_id, jobs=self.jobs, limit=result.requested,
+            lease_s=self.settings.lease_s,
+        )
+        result.claimed = len(attempts)
+        result.skipped = len(skipped)
+        for row in skipped:
+            logs.event(
+                "skipped", schedule=row["schedule_name"], slot=row["scheduled_for"], worker_id=self.settings.worker_id,
+                outcome="skipped", error="overlap: an earlier run of this schedule was still in progress",
+            )
+        for a in attempts:
+            if a.reclaimed:
+                telemetry.record_lost_attempt(a)
+                self._log("reclaimed", a, previous_worker=a.prev_worker)
+            if a.reclaimed and a.failures >= a.max_attempts:
+                # The lease ran out on the last allowed try (the handler crashed or stalled its worker):
+                # running it again would exceed the budget.
+                self.to_record.append((a, Outcome("dead", "dead", f"lease lost on attempt {a.attempt - 1}, "
+                                                  f"the last of {a.max_attempts}")))
+                a.state = "recorded"
+                continue
+            self._log("claimed", a)
+            with self.lock:
+                self.inflight[a.key] = a
+            self.todo.put(a)
+        if any(a.state == "recorded" for a in attempts):
+            result.recorded += self._flush(conn)
+        return result
+
+    def _collect(self) -> None:
+        while True:
+            try:
+                a = self.done.get_nowait()
+            except queue.Empty:
+                return
+            with self.lock:
+                self.inflight.pop(a.key, None)
+            verdict, error = a.verdict
+            if a.state == "running":
+                if verdict == "cancelled":
+                    verdict = "failed"  # the handler gave up by itself
+                self._record(a, decide(a, verdict, error))
+            elif a.state == "fenced":
+                self._log("cancelled", a, outcome="fenced", error="result not recorded: the lease was lost")
+
+    def _check_timeouts(self) -> None:
+        now = time.monotonic()
+        for a in self.running_attempts():
+            deadline = a.deadline_mono()
+            if deadline is not None and now >= deadline and self._record(
+                a, decide(a, "timeout", f"timed out after {a.timeout}")
+            ):
+                a.cancel.set()
+
+    def _flush(self, conn: psycopg.Connection[Any]) -> int:
+        if not self.to_record:
+            return 0
+        batch, self.to_record = self.to_record, []
+        try:
+            written = run_finish(conn, batch)
+        except psycopg.Error:
+            self.to_record = batch + self.to_record  # retried after reconnecting
+            raise
+        for a, o in batch:
+            duration_ms = round((time.monotonic() - a.started_mono) * 1000, 3)
+            if a.key not in written:
+                self.counts["fenced"] += 1
+                self._log("fenced", a, outcome=o.outcome, duration_ms=duration_ms,
+                          error="not recorded: another worker holds this run now")
+                continue
+            name = {"done": "finished", "dead": "dead"}.get(o.status) or (
+                "handed_back" if o.outcome == "handed_back" else "retried"
+            )
+            self.counts["done" if o.status == "done" else "dead" if o.status == "dead" else "failed"] += 1
+            self._log(name, a, outcome=o.outcome, duration_ms=duration_ms, error=o.error,
+                      retry_in_s=round(o.delay_s, 3) if o.status == "pending" else None)
+        return len(batch)
+
+    def _log(self, name: str, a: Attempt, **fields: Any) -> None:
+        fields.setdefault("outcome", None)
+        fields.setdefault("duration_ms", None)
+        fields.setdefault("error", None)
+        logs.event(
+            name, schedule=a.schedule, slot=a.slot, attempt=a.attempt, worker_id=self.settings.worker_id,
+            job=a.job, trace_id=a.trace_id, span_id=a.span_id, **fields,
+        )
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        s = self.settings
+        logs.event("worker_started", worker_id=s.worker_id, jobs=self.jobs, database=redact(self.url),
+                   lease_s=s.lease_s, heartbeat_s=s.heartbeat_s, poll_s=s.poll_s, concurrency=s.concurrency)
+        self.pool = make_pool(self.url, f"fleet-worker {s.worker_id}", min_size=2, max_size=2)
+        self._wait_for_database()
+        heartbeat = Heartbeat(self, self.pool, self.fence)
+        listener = Listener(self.url, f"fleet-worker {s.worker_id} listen", self.wake)
+        self.threads = [threading.Thread(target=self._executor, name=f"fleet-job-{i}", daemon=True)
+                        for i in range(s.concurrency)]
+        for t in [*self.threads, heartbeat, listener]:
+            t.start()
+        try:
+            self._loop()
+        finally:
+            heartbeat.halt.set()
+            listener.halt.set()
+            for _ in self.threads:
+                self.todo.put(None)
+            try:
+                with self.pool.connection(timeout=5) as conn:
+                    process_remove(conn, s.worker_id)
+            except Exception:  # noqa: BLE001 - the row ages out anyway
+                pass
+            self.pool.close()
+            telemetry.flush()
+            logs.event("worker_stopped", worker_id=s.worker_id, **self.counts)
+        return 0
+
+    def _wait_for_database(self) -> None:
+        assert self.pool is not None
+        delay = 0.2
+        while not self.stop.is_set():
+            try:
+                with self.pool.connection(timeout=10) as conn:
+                    process_register(conn, self.settings.worker_id, "worker", self.jobs)
+                return
+            except Exception as e:  # noqa: BLE001 - retry: a process manager gives up on quick exits
+                logs.event("db_unavailable", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
+                self.stop.wait(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _loop(self) -> None:
+        assert self.pool is not None
+        s = self.settings
+        grace_end: float | None = None
+        while True:
+            self.wake.clear()
+            try:
+                with self.pool.connection(timeout=30) as conn:
+                    r = self.run_once(conn)
+                    if self.stop.is_set():
+                        if grace_end is None:
+                            grace_end = time.monotonic() + s.grace_s
+                            logs.event("stopping", worker_id=s.worker_id, running=len(self.inflight),
+                                       grace_s=s.grace_s)
+                        if not self.inflight and not self.to_record:
+                            return
+                        if time.monotonic() >= grace_end:
+                            self._hand_back(conn)
+                            return
+                        self.wake.wait(_STOP_POLL_S)
+                        continue
+                    if r.requested and r.claimed == r.requested:
+                        continue  # a full batch: there may be more right away
+                    timeout = self._next_wait(conn, r)
+                    if timeout is None:
+                        return
+            except psycopg.Error as e:
+                logs.event("db_error", worker_id=s.worker_id, error=str(e).strip()[:300])
+                timeout = 1.0
+            self.wake.wait(timeout)
+
+    def _next_wait(self, conn: psycopg.Connection[Any], r: WorkerResult) -> float | None:
+        """How long to sleep before the next round; None when an until-idle worker is done."""
+        s = self.settings
+        timeout = s.poll_s
+        if r.requested and not r.claimed:
+            row = conn.execute(q("run_next_wait"), {"jobs": self.jobs, "now": None}).fetchone()
+            wait = row["wait_s"] if row else None
+            if s.until_idle and not self.inflight and not self.to_record and (wait is None or wait > 0):
+                return None
+            if wait is not None and wait > 0:
+                timeout = min(timeout, wait)
+        now = time.monotonic()
+        for a in self.running_attempts():
+            d = a.deadline_mono()
+            if d is not None:
+                timeout = min(timeout, max(0.0, d - now))
+        return timeout
+
+    def _hand_back(self, conn: psycopg.Connection[Any]) -> None:
+        """Give unfinished runs back so another worker retakes them at once."""
+        for a in self.running_attempts():
+            if self._record(a, handed_back()):
+                a.cancel.set()
+        self._flush(conn)
+        # Give cancelled handlers a moment to stop (a command job is terminated by its thread).
+        end = time.monotonic() + _HANDBACK_WAIT_S
+        while self.inflight and time.monotonic() < end:
+            self.wake.wait(_STOP_POLL_S)
+            self.wake.clear()
+            self._collect()
