@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -57,10 +58,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: dict[str, Command] = {"migrate": cmd_migrate, "apply": cmd_apply}
+# Each of these modules adds its subcommands: `add_commands(subparsers) -> dict[name, handler]`.
+COMMAND_MODULES = ("ops.inspect", "ops.repair", "ops.metrics", "ops.supervise")
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     p = argparse.ArgumentParser(prog="fleetctl", description="Operate a fleet: schema, schedules, health, repair.")
     p.add_argument(
         "--database-url",
@@ -71,20 +73,23 @@ def parser() -> argparse.ArgumentParser:
     ap = sub.add_parser("apply", help="make the database's schedules match a TOML file (all or nothing)")
     ap.add_argument("file", help="the schedules file")
     ap.add_argument("--prune", action="store_true", help="disable schedules that are not in the file")
-    for extend in EXTENSIONS:
-        extend(sub)
-    return p
-
-
-# Other modules add their subcommands here: (subparsers) -> None, and an entry in COMMANDS.
-EXTENSIONS: list[Callable[[Any], None]] = []
+    commands: dict[str, Command] = {"migrate": cmd_migrate, "apply": cmd_apply}
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            continue
+        commands.update(module.add_commands(sub))
+    return p, commands
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    _load_extensions()
-    args = parser().parse_args(argv)
+    p, commands = parser()
+    args = p.parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        return commands[args.command](args)
     except ScheduleFileError as e:
         for line in e.problems:
             print(f"fleetctl {args.command}: {line}", file=sys.stderr)
@@ -95,17 +100,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DatabaseUnavailable as e:
         print(f"fleetctl {args.command}: {e}", file=sys.stderr)
         return 1
-
-
-def _load_extensions() -> None:
-    import importlib
-
-    for mod in ("ops.commands",):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
 
 
 if __name__ == "__main__":
