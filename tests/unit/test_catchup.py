@@ -1,0 +1,73 @@
+"""The catch-up plan: skip / latest / all, grace, max lateness, the per-tick bound."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from fleet.catchup import plan_slots
+from fleet.schedule import Timing
+
+UTC = timezone.utc
+T = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
+Q = Timing(every=timedelta(minutes=15))
+
+
+def at(minute: int, second: int = 0) -> datetime:
+    return T + timedelta(minutes=minute, seconds=second)
+
+
+def test_outage_example_from_the_design() -> None:
+    # Outage 10:02-10:52: missed 10:15, 10:30, 10:45.
+    for policy, expected in (("skip", []), ("latest", [at(45)]), ("all", [at(15), at(30), at(45)])):
+        plan = plan_slots(Q, policy, at(15), at(52), grace=None, max_lateness=None, limit=100)  # type: ignore[arg-type]
+        assert plan.run == expected, policy
+        assert plan.next_run_at == at(60)
+    assert plan_slots(Q, "skip", at(15), at(52), grace=None, max_lateness=None, limit=100).missed == 3
+    assert plan_slots(Q, "latest", at(15), at(52), grace=None, max_lateness=None, limit=100).missed == 2
+
+
+def test_a_slot_within_grace_is_on_time_for_every_policy() -> None:
+    for policy in ("skip", "latest", "all"):
+        plan = plan_slots(Q, policy, at(15), at(15, 30), grace=None, max_lateness=None, limit=10)  # type: ignore[arg-type]
+        assert plan.run == [at(15)] and plan.missed == 0
+        assert plan.next_run_at == at(30)
+
+
+def test_default_grace_is_half_the_interval_when_short() -> None:
+    every10s = Timing(every=timedelta(seconds=10))
+    start = T
+    assert plan_slots(every10s, "skip", start, start + timedelta(seconds=4), grace=None, max_lateness=None,
+                      limit=10).run == [start]
+    assert plan_slots(every10s, "skip", start, start + timedelta(seconds=6), grace=None, max_lateness=None,
+                      limit=10).run == []
+
+
+def test_latest_prefers_an_on_time_slot_over_missed_ones() -> None:
+    plan = plan_slots(Q, "latest", at(15), at(60, 20), grace=None, max_lateness=None, limit=10)
+    assert plan.run == [at(60)] and plan.missed == 3
+
+
+def test_max_lateness_records_old_slots_as_skipped() -> None:
+    plan = plan_slots(Q, "all", at(15), at(52), grace=None, max_lateness=timedelta(minutes=20), limit=10)
+    assert plan.run == [at(45)]
+    assert [s for s, _ in plan.skipped] == [at(15), at(30)]
+    late = plan_slots(Q, "latest", at(15), at(52), grace=None, max_lateness=timedelta(minutes=5), limit=10)
+    assert late.run == [] and [s for s, _ in late.skipped] == [at(45)]
+
+
+def test_all_is_bounded_per_tick_and_resumes() -> None:
+    sec = Timing(every=timedelta(seconds=1))
+    plan = plan_slots(sec, "all", T, T + timedelta(hours=1), grace=None, max_lateness=None, limit=500)
+    assert len(plan.run) == 500 and plan.next_run_at == T + timedelta(seconds=500)
+
+
+def test_nothing_due_changes_nothing() -> None:
+    plan = plan_slots(Q, "all", at(15), at(14), grace=None, max_lateness=None, limit=10)
+    assert plan.run == [] and plan.next_run_at == at(15)
+
+
+def test_a_week_of_one_second_slots_under_skip_is_cheap() -> None:
+    sec = Timing(every=timedelta(seconds=1))
+    plan = plan_slots(sec, "skip", T, T + timedelta(days=7), grace=None, max_lateness=None, limit=1000)
+    assert plan.run == [T + timedelta(days=7)]
+    assert plan.next_run_at == T + timedelta(days=7, seconds=1)

@@ -1,0 +1,70 @@
+"""The schedules file: defaults, and one message per problem naming schedule and field."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from fleet.errors import ScheduleFileError
+from fleet.schedfile import load
+
+FULL = """
+[[schedule]]
+name = "nightly-report"
+cron = "0 2 * * *"
+timezone = "Europe/Berlin"
+job = "reports.nightly"
+args = { format = "pdf" }
+start_at = "2026-11-01T00:00:00Z"
+catchup = "latest"
+max_lateness = "1h"
+overlap = "skip"
+timeout = "10m"
+retry = { max_attempts = 6, base = "30s", cap = "15m" }
+"""
+
+
+def test_the_design_example_parses() -> None:
+    (s,) = load(FULL)
+    assert s.name == "nightly-report" and s.timing.cron == "0 2 * * *" and s.timing.timezone == "Europe/Berlin"
+    assert s.args == {"format": "pdf"} and s.max_lateness == timedelta(hours=1) and s.timeout == timedelta(minutes=10)
+    assert s.start_at == datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+
+def test_defaults() -> None:
+    (s,) = load('[[schedule]]\nname = "a"\nevery = "5m"\njob = "j"\n')
+    assert (s.catchup, s.overlap, s.timing.timezone, s.max_lateness) == ("latest", "skip", "UTC", None)
+    assert (s.max_attempts, s.retry_base, s.retry_cap) == (6, timedelta(seconds=30), timedelta(minutes=15))
+
+
+def test_start_at_without_offset_is_read_in_the_schedule_zone() -> None:
+    (s,) = load('[[schedule]]\nname = "a"\ncron = "0 2 * * *"\ntimezone = "Europe/Berlin"\njob = "j"\n'
+                'start_at = "2026-07-01T00:00:00"\n')
+    assert s.start_at is not None and s.start_at.utcoffset() == timedelta(hours=2)
+
+
+def test_timing_hash_changes_only_with_timing() -> None:
+    (a,) = load('[[schedule]]\nname = "a"\nevery = "5m"\njob = "j"\n')
+    (b,) = load('[[schedule]]\nname = "a"\nevery = "5m"\njob = "other"\ncatchup = "all"\n')
+    (c,) = load('[[schedule]]\nname = "a"\nevery = "6m"\njob = "j"\n')
+    assert a.timing_hash() == b.timing_hash() != c.timing_hash()
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        ('name = "bad name!"\nevery = "1m"\njob = "j"', "name"),
+        ('name = "a"\nevery = "1m"', "job"),
+        ('name = "a"\nevery = "1m"\njob = "j"\nargs = 3', "args"),
+        ('name = "a"\nevery = "1m"\njob = "j"\nretry = { base = "1m", cap = "30s" }', "retry.base"),
+        ('name = "a"\nevery = "1m"\njob = "j"\nretry = { max_attempts = "six" }', "retry.max_attempts"),
+        ('name = "a"\nevery = "1m"\njob = "j"\nstart_at = "yesterday"', "start_at"),
+        ('name = "a"\nevery = "1m"\njob = "j"\ndst_repeated = "both"', "dst_repeated"),
+        ('name = "a"\nevery = "1m"\njob = "j"\nmax_lateness = "0s"', "max_lateness"),
+    ],
+)
+def test_problems_name_the_field(entry: str, field: str) -> None:
+    with pytest.raises(ScheduleFileError) as e:
+        load(f"[[schedule]]\n{entry}\n")
+    assert any(f": {field}:" in p for p in e.value.problems), e.value.problems
