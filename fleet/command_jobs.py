@@ -46,8 +46,11 @@ class CommandJob:
     def __call__(self, ctx: JobContext) -> None:
         env = {**os.environ, **self.env}
         env.update(
-            FLEET_SCHEDULE=ctx.schedule, FLEET_SLOT=slot_iso(ctx.slot), FLEET_ATTEMPT=str(ctx.attempt),
-            FLEET_IDEMPOTENCY_KEY=ctx.idempotency_key, FLEET_ARGS=orjson.dumps(ctx.args).decode(),
+            FLEET_SCHEDULE=ctx.schedule,
+            FLEET_SLOT=slot_iso(ctx.slot),
+            FLEET_ATTEMPT=str(ctx.attempt),
+            FLEET_IDEMPOTENCY_KEY=ctx.idempotency_key,
+            FLEET_ARGS=orjson.dumps(ctx.args).decode(),
             FLEET_WORKER_ID=ctx.worker_id,
         )
         from fleet import telemetry

@@ -23,7 +23,7 @@ def embedded_url(base_dir: Path | None = None) -> str:
         warnings.simplefilter("ignore")
         import pgserver
 
-        server = pgserver.get_server(pgdata, cleanup_mode=None)
+        server = pgserver.get_server(pgdata, cleanup_mode=None)  # type: ignore[attr-defined]
     return str(server.get_uri())
 
 
@@ -45,8 +45,8 @@ def stop_embedded(base_dir: Path | None = None) -> bool:
 
 
 def _current_user() -> str:
-    import pwd
     import os
+    import pwd
 
     return pwd.getpwuid(os.geteuid()).pw_name
 

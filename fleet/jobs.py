@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from fleet.errors import Cancelled
@@ -47,9 +47,8 @@ def idempotency_key(schedule: str, slot: datetime) -> str:
 
 
 def slot_iso(slot: datetime) -> str:
-    from datetime import timezone
 
-    return slot.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return slot.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 @dataclass

@@ -34,7 +34,9 @@ def event(name: str, **fields: Any) -> None:
     if _format == "json":
         line = orjson.dumps(record, option=orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z) + b"\n"
     else:
-        rest = " ".join(f"{k}={_text(v)}" for k, v in record.items() if k not in ("ts", "event") and v is not None)
+        rest = " ".join(
+            f"{k}={_text(v)}" for k, v in record.items() if k not in ("ts", "event") and v is not None
+        )
         line = f"{record['ts']} {name:<16} {rest}\n".encode()
     out = _stream or sys.stdout.buffer
     with _lock:

@@ -45,13 +45,17 @@ def migrate(conn: psycopg.Connection[Any]) -> list[int]:
             if mig.version in done:
                 continue
             conn.execute(mig.sql.encode())
-            conn.execute("INSERT INTO fleet_migrations (version, name) VALUES (%s, %s)", (mig.version, mig.name))
+            conn.execute(
+                "INSERT INTO fleet_migrations (version, name) VALUES (%s, %s)", (mig.version, mig.name)
+            )
             applied_now.append(mig.version)
     return applied_now
 
 
 def current_version(conn: psycopg.Connection[Any]) -> int:
     """The newest applied migration, 0 for an empty database (rows as dicts)."""
-    if not conn.execute("SELECT to_regclass('fleet_migrations') IS NOT NULL AS e").fetchone()["e"]:
+    exists = conn.execute("SELECT to_regclass('fleet_migrations') IS NOT NULL AS e").fetchone()
+    if not exists or not exists["e"]:
         return 0
-    return int(conn.execute("SELECT coalesce(max(version), 0) AS v FROM fleet_migrations").fetchone()["v"])
+    row = conn.execute("SELECT coalesce(max(version), 0) AS v FROM fleet_migrations").fetchone()
+    return int(row["v"]) if row else 0

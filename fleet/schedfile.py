@@ -29,8 +29,21 @@ MAX_GRACE = timedelta(seconds=60)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
 _JOB = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]{0,199}$")
 _KEYS = {
-    "name", "cron", "every", "timezone", "job", "args", "start_at", "catchup", "max_lateness", "grace",
-    "overlap", "timeout", "retry", "dst_repeated", "dst_missing",
+    "name",
+    "cron",
+    "every",
+    "timezone",
+    "job",
+    "args",
+    "start_at",
+    "catchup",
+    "max_lateness",
+    "grace",
+    "overlap",
+    "timeout",
+    "retry",
+    "dst_repeated",
+    "dst_missing",
 }
 _RETRY_KEYS = {"max_attempts", "base", "cap"}
 
@@ -57,8 +70,12 @@ class ScheduleSpec:
         """Changes exactly when the slot times change (so apply re-plans the next slot)."""
         t = self.timing
         key = [
-            t.every.total_seconds() if t.every else None, t.cron, t.timezone,
-            self.start_at.isoformat() if self.start_at else None, t.dst_repeated, t.dst_missing,
+            t.every.total_seconds() if t.every else None,
+            t.cron,
+            t.timezone,
+            self.start_at.isoformat() if self.start_at else None,
+            t.dst_repeated,
+            t.dst_missing,
         ]
         return hashlib.sha256(orjson.dumps(key)).hexdigest()[:16]
 
@@ -77,7 +94,9 @@ def load(text: str) -> list[ScheduleSpec]:
     problems: list[str] = []
     unknown_top = sorted(set(doc) - {"schedule"})
     if unknown_top:
-        problems.append(f"file: unknown top-level key(s) {', '.join(unknown_top)} (expected [[schedule]] tables)")
+        problems.append(
+            f"file: unknown top-level key(s) {', '.join(unknown_top)} (expected [[schedule]] tables)"
+        )
     raw = doc.get("schedule", [])
     if not isinstance(raw, list):
         raise ScheduleFileError(problems + ["file: 'schedule' must be an array of tables ([[schedule]])"])
@@ -184,7 +203,10 @@ def _one(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None, list[s
     if ("cron" in entry) == ("every" in entry):
         bad("cron/every", "give exactly one of cron or every")
     timing = Timing(
-        every=every, cron=cron, timezone=tz if isinstance(tz, str) else "UTC", anchor=start_at,
+        every=every,
+        cron=cron,
+        timezone=tz if isinstance(tz, str) else "UTC",
+        anchor=start_at,
         dst_repeated=dst_repeated,  # type: ignore[arg-type]
         dst_missing=dst_missing,  # type: ignore[arg-type]
     )
@@ -197,7 +219,7 @@ def _one(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None, list[s
     retry = entry.get("retry", {})
     max_attempts, base, cap = DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP
     if not isinstance(retry, dict):
-        bad("retry", "must be a table such as { max_attempts = 6, base = \"30s\", cap = \"15m\" }")
+        bad("retry", 'must be a table such as { max_attempts = 6, base = "30s", cap = "15m" }')
     else:
         for key in sorted(set(retry) - _RETRY_KEYS):
             bad(f"retry.{key}", "unknown field")
@@ -225,11 +247,19 @@ def _one(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None, list[s
         return None, errs
     return (
         ScheduleSpec(
-            name=str(name), timing=timing, job=str(job), args=args, start_at=start_at,
+            name=str(name),
+            timing=timing,
+            job=str(job),
+            args=args,
+            start_at=start_at,
             catchup=catchup,  # type: ignore[arg-type]
-            max_lateness=max_lateness, grace=grace,
+            max_lateness=max_lateness,
+            grace=grace,
             overlap=overlap,  # type: ignore[arg-type]
-            timeout=timeout, max_attempts=max_attempts, retry_base=base, retry_cap=cap,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            retry_base=base,
+            retry_cap=cap,
         ),
         [],
     )

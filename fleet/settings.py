@@ -68,7 +68,7 @@ def _take(
     if raw is None or raw == "":
         return default
     try:
-        return cast(raw) if isinstance(raw, str) else raw  # type: ignore[no-any-return]
+        return cast(raw) if isinstance(raw, str) else raw
     except (TypeError, ValueError):
         raise ConfigError(f"{flag}: invalid value {raw!r}") from None
 
@@ -104,8 +104,12 @@ def ticker_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleet-ticker", description="Turn due schedule slots into run rows.")
     add_database_flags(p)
     p.add_argument("--until-idle", action="store_true", help="tick until nothing is due, then exit")
-    p.add_argument("--poll", type=float, help=_env_help("FLEET_TICKER_POLL", "longest sleep between ticks, s (5)"))
-    p.add_argument("--batch", type=int, help=_env_help("FLEET_TICKER_BATCH", "schedules per transaction (100)"))
+    p.add_argument(
+        "--poll", type=float, help=_env_help("FLEET_TICKER_POLL", "longest sleep between ticks, s (5)")
+    )
+    p.add_argument(
+        "--batch", type=int, help=_env_help("FLEET_TICKER_BATCH", "schedules per transaction (100)")
+    )
     p.add_argument(
         "--catchup-limit",
         type=int,
@@ -126,11 +130,24 @@ def ticker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> T
     a = ticker_parser().parse_args(argv)
     s = TickerSettings(
         database_url=_take(a.database_url, environ, "FLEET_DATABASE_URL", None, str, "--database-url"),
-        poll_s=_positive(_take(a.poll, environ, "FLEET_TICKER_POLL", DEFAULT_POLL_S, float, "--poll"), "--poll"),
-        batch_size=int(_positive(_take(a.batch, environ, "FLEET_TICKER_BATCH", DEFAULT_TICK_BATCH, int, "--batch"), "--batch")),
+        poll_s=_positive(
+            _take(a.poll, environ, "FLEET_TICKER_POLL", DEFAULT_POLL_S, float, "--poll"), "--poll"
+        ),
+        batch_size=int(
+            _positive(
+                _take(a.batch, environ, "FLEET_TICKER_BATCH", DEFAULT_TICK_BATCH, int, "--batch"), "--batch"
+            )
+        ),
         catchup_limit=int(
             _positive(
-                _take(a.catchup_limit, environ, "FLEET_CATCHUP_LIMIT", DEFAULT_CATCHUP_LIMIT, int, "--catchup-limit"),
+                _take(
+                    a.catchup_limit,
+                    environ,
+                    "FLEET_CATCHUP_LIMIT",
+                    DEFAULT_CATCHUP_LIMIT,
+                    int,
+                    "--catchup-limit",
+                ),
                 "--catchup-limit",
             )
         ),
@@ -145,7 +162,9 @@ def ticker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> T
 
 
 def worker_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fleet-worker", description="Claim due runs under a lease and run their jobs.")
+    p = argparse.ArgumentParser(
+        prog="fleet-worker", description="Claim due runs under a lease and run their jobs."
+    )
     add_database_flags(p)
     p.add_argument(
         "--app",
@@ -155,11 +174,19 @@ def worker_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", help=_env_help("FLEET_JOBS_FILE", "TOML file declaring command jobs"))
     p.add_argument("--id", help=_env_help("FLEET_WORKER_ID", "worker id, unique across hosts (host:process)"))
     p.add_argument("--lease", type=float, help=_env_help("FLEET_LEASE", "lease length, s (60)"))
-    p.add_argument("--heartbeat", type=float, help=_env_help("FLEET_HEARTBEAT", "lease renewal period, s (lease/3)"))
+    p.add_argument(
+        "--heartbeat", type=float, help=_env_help("FLEET_HEARTBEAT", "lease renewal period, s (lease/3)")
+    )
     p.add_argument("--poll", type=float, help=_env_help("FLEET_POLL", "longest sleep between claims, s (5)"))
-    p.add_argument("--concurrency", type=int, help=_env_help("FLEET_CONCURRENCY", "runs executed at once (1)"))
-    p.add_argument("--claim-batch", type=int, help=_env_help("FLEET_CLAIM_BATCH", "most runs claimed at once (100)"))
-    p.add_argument("--grace", type=float, help=_env_help("FLEET_GRACE", "on SIGTERM, time running jobs get, s (30)"))
+    p.add_argument(
+        "--concurrency", type=int, help=_env_help("FLEET_CONCURRENCY", "runs executed at once (1)")
+    )
+    p.add_argument(
+        "--claim-batch", type=int, help=_env_help("FLEET_CLAIM_BATCH", "most runs claimed at once (100)")
+    )
+    p.add_argument(
+        "--grace", type=float, help=_env_help("FLEET_GRACE", "on SIGTERM, time running jobs get, s (30)")
+    )
     p.add_argument("--until-idle", action="store_true", help="exit when nothing is claimable")
     return p
 
@@ -167,7 +194,9 @@ def worker_parser() -> argparse.ArgumentParser:
 def worker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> WorkerSettings:
     """Parse flags (argparse exits 2 on a bad flag) and validate them with their FLEET_* fallbacks."""
     a = worker_parser().parse_args(argv)
-    apps: tuple[str, ...] = tuple(a.app or [m.strip() for m in environ.get("FLEET_APP", "").split(",") if m.strip()])
+    apps: tuple[str, ...] = tuple(
+        a.app or [m.strip() for m in environ.get("FLEET_APP", "").split(",") if m.strip()]
+    )
     lease = _positive(_take(a.lease, environ, "FLEET_LEASE", DEFAULT_LEASE_S, float, "--lease"), "--lease")
     heartbeat = _positive(
         _take(a.heartbeat, environ, "FLEET_HEARTBEAT", lease / 3, float, "--heartbeat"), "--heartbeat"
@@ -183,10 +212,16 @@ def worker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> W
         heartbeat_s=heartbeat,
         poll_s=_positive(_take(a.poll, environ, "FLEET_POLL", DEFAULT_POLL_S, float, "--poll"), "--poll"),
         concurrency=int(
-            _positive(_take(a.concurrency, environ, "FLEET_CONCURRENCY", DEFAULT_CONCURRENCY, int, "--concurrency"), "--concurrency")
+            _positive(
+                _take(a.concurrency, environ, "FLEET_CONCURRENCY", DEFAULT_CONCURRENCY, int, "--concurrency"),
+                "--concurrency",
+            )
         ),
         claim_batch=int(
-            _positive(_take(a.claim_batch, environ, "FLEET_CLAIM_BATCH", DEFAULT_CLAIM_BATCH, int, "--claim-batch"), "--claim-batch")
+            _positive(
+                _take(a.claim_batch, environ, "FLEET_CLAIM_BATCH", DEFAULT_CLAIM_BATCH, int, "--claim-batch"),
+                "--claim-batch",
+            )
         ),
         grace_s=_take(a.grace, environ, "FLEET_GRACE", DEFAULT_GRACE_S, float, "--grace"),
         until_idle=a.until_idle,

@@ -27,12 +27,25 @@ class ApplyResult:
 def _params(spec: ScheduleSpec, next_run_at: datetime | None) -> dict[str, Any]:
     t = spec.timing
     return {
-        "name": spec.name, "every": t.every, "cron": t.cron, "timezone": t.timezone, "start_at": spec.start_at,
-        "dst_repeated": t.dst_repeated, "dst_missing": t.dst_missing, "job": spec.job,
-        "args": Jsonb(spec.args, dumps=lambda o: orjson.dumps(o).decode()), "catchup": spec.catchup,
-        "max_lateness": spec.max_lateness, "grace": spec.grace, "overlap": spec.overlap, "timeout": spec.timeout,
-        "max_attempts": spec.max_attempts, "retry_base": spec.retry_base, "retry_cap": spec.retry_cap,
-        "next_run_at": next_run_at, "timing_hash": spec.timing_hash(),
+        "name": spec.name,
+        "every": t.every,
+        "cron": t.cron,
+        "timezone": t.timezone,
+        "start_at": spec.start_at,
+        "dst_repeated": t.dst_repeated,
+        "dst_missing": t.dst_missing,
+        "job": spec.job,
+        "args": Jsonb(spec.args, dumps=lambda o: orjson.dumps(o).decode()),
+        "catchup": spec.catchup,
+        "max_lateness": spec.max_lateness,
+        "grace": spec.grace,
+        "overlap": spec.overlap,
+        "timeout": spec.timeout,
+        "max_attempts": spec.max_attempts,
+        "retry_base": spec.retry_base,
+        "retry_cap": spec.retry_cap,
+        "next_run_at": next_run_at,
+        "timing_hash": spec.timing_hash(),
     }
 
 
@@ -48,7 +61,9 @@ def apply_specs(
     result = ApplyResult()
     with conn.transaction():
         conn.execute(q("schedule_lock_apply"))
-        db_now: datetime = conn.execute(q("schedule_db_now"), {"now": now}).fetchone()["now"]
+        row = conn.execute(q("schedule_db_now"), {"now": now}).fetchone()
+        assert row is not None
+        db_now: datetime = row["now"]
         existing = {r["name"]: r for r in conn.execute(q("schedule_existing")).fetchall()}
         for spec in specs:
             old = existing.get(spec.name)
@@ -68,6 +83,8 @@ def apply_specs(
                 result.unchanged.append(spec.name)
         if prune:
             names = [s.name for s in specs]
-            result.disabled = [r["name"] for r in conn.execute(q("schedule_disable_missing"), {"names": names})]
+            result.disabled = [
+                r["name"] for r in conn.execute(q("schedule_disable_missing"), {"names": names})
+            ]
         conn.execute(q("schedule_notify"))  # running tickers pick the change up at once
     return result

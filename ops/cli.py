@@ -49,8 +49,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
         migrate(conn)
         r = apply_specs(conn, specs, prune=args.prune)
     for label, names in (
-        ("created", r.created), ("updated", r.updated), ("replanned", r.replanned),
-        ("disabled", r.disabled), ("unchanged", r.unchanged),
+        ("created", r.created),
+        ("updated", r.updated),
+        ("replanned", r.replanned),
+        ("disabled", r.disabled),
+        ("unchanged", r.unchanged),
     ):
         if names:
             print(f"{label}: {', '.join(names)}")
@@ -63,7 +66,9 @@ COMMAND_MODULES = ("ops.inspect", "ops.repair", "ops.metrics", "ops.supervise")
 
 
 def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
-    p = argparse.ArgumentParser(prog="fleetctl", description="Operate a fleet: schema, schedules, health, repair.")
+    p = argparse.ArgumentParser(
+        prog="fleetctl", description="Operate a fleet: schema, schedules, health, repair."
+    )
     p.add_argument(
         "--database-url",
         help="libpq URI [env FLEET_DATABASE_URL]; unset: the embedded PostgreSQL in ./.fleet/pgdata",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any
@@ -77,10 +78,8 @@ class Ticker:
                     self.stop.wait(1.0)
         finally:
             if self.conn is not None and not self.conn.closed:
-                try:
+                with contextlib.suppress(psycopg.Error):
                     process_remove(self.conn, self.settings.ticker_id)
-                except psycopg.Error:
-                    pass
             self._close()
             logs.event("ticker_stopped", ticker_id=self.settings.ticker_id, ticks=self.ticks)
         return 0
@@ -110,12 +109,18 @@ class Ticker:
 
     def tick(self) -> TickResult:
         assert self.conn is not None
-        result = run_once(self.conn, batch_size=self.settings.batch_size, catchup_limit=self.settings.catchup_limit)
+        result = run_once(
+            self.conn, batch_size=self.settings.batch_size, catchup_limit=self.settings.catchup_limit
+        )
         self.ticks += 1
         if result.created or result.skipped:
             logs.event(
-                "tick", ticker_id=self.settings.ticker_id, schedules=result.schedules,
-                created=result.created, skipped=result.skipped, missed=result.missed,
+                "tick",
+                ticker_id=self.settings.ticker_id,
+                schedules=result.schedules,
+                created=result.created,
+                skipped=result.skipped,
+                missed=result.missed,
             )
         return result
 

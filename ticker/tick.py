@@ -25,8 +25,12 @@ class TickResult:
 
 def timing_of(row: dict[str, Any]) -> Timing:
     return Timing(
-        every=row["every"], cron=row["cron"], timezone=row["timezone"], anchor=row["start_at"],
-        dst_repeated=row["dst_repeated"], dst_missing=row["dst_missing"],
+        every=row["every"],
+        cron=row["cron"],
+        timezone=row["timezone"],
+        anchor=row["start_at"],
+        dst_repeated=row["dst_repeated"],
+        dst_missing=row["dst_missing"],
     )
 
 
@@ -58,8 +62,13 @@ def run_once(
         adv_missed: list[int] = []
         for row in rows:
             plan = plan_slots(
-                timing_of(row), row["catchup"], row["next_run_at"], row["db_now"],
-                grace=row["grace"], max_lateness=row["max_lateness"], limit=catchup_limit,
+                timing_of(row),
+                row["catchup"],
+                row["next_run_at"],
+                row["db_now"],
+                grace=row["grace"],
+                max_lateness=row["max_lateness"],
+                limit=catchup_limit,
             )
             for slot in plan.run:
                 names.append(row["name"])
@@ -76,7 +85,10 @@ def run_once(
             adv_missed.append(plan.missed)
             if plan.missed:
                 logs.event(
-                    "slots_missed", schedule=row["name"], count=plan.missed, policy=row["catchup"],
+                    "slots_missed",
+                    schedule=row["name"],
+                    count=plan.missed,
+                    policy=row["catchup"],
                     since=row["next_run_at"],
                 )
             if plan.next_run_at is not None and plan.next_run_at <= row["db_now"]:
@@ -88,15 +100,21 @@ def run_once(
             created = conn.execute(
                 q("slot_materialize"),
                 {
-                    "names": names, "slots": slots, "statuses": statuses, "reasons": reasons,
-                    "origin": "schedule", "now": now,
+                    "names": names,
+                    "slots": slots,
+                    "statuses": statuses,
+                    "reasons": reasons,
+                    "origin": "schedule",
+                    "now": now,
                     "trace_id": trace_ids[0] if trace_ids else None,
                     "span_id": trace_ids[1] if trace_ids else None,
                 },
             ).fetchall()
             result.created = sum(1 for r in created if r["status"] == "pending")
             result.skipped = sum(1 for r in created if r["status"] == "skipped")
-        conn.execute(q("schedule_advance"), {"names": adv_names, "next_run_ats": adv_next, "missed": adv_missed})
+        conn.execute(
+            q("schedule_advance"), {"names": adv_names, "next_run_ats": adv_next, "missed": adv_missed}
+        )
         if result.created:
             conn.execute(q("run_notify"))  # delivered at commit: workers wake at once
     return result

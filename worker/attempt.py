@@ -66,14 +66,29 @@ class Attempt:
     @classmethod
     def from_row(cls, row: dict[str, Any], lease_s: float, claimed_mono: float) -> Attempt:
         a = cls(
-            schedule=row["schedule_name"], slot=row["scheduled_for"], job=row["job"], args=row["args"] or {},
-            attempt=row["attempts"], failures=row["failures"], timeout=row["timeout"],
-            max_attempts=row["max_attempts"], retry_base=row["retry_base"], retry_cap=row["retry_cap"],
-            started_at=row["started_at"], db_now=row["db_now"], trace_id=row["trace_id"], span_id=row["span_id"],
-            created_trace_id=row["created_trace_id"], created_span_id=row["created_span_id"],
-            prev_status=row["prev_status"], prev_trace_id=row["prev_trace_id"], prev_span_id=row["prev_span_id"],
-            prev_outcome=row["prev_outcome"], prev_worker=row["prev_worker"],
-            prev_started_at=row["prev_started_at"], prev_locked_until=row["prev_locked_until"],
+            schedule=row["schedule_name"],
+            slot=row["scheduled_for"],
+            job=row["job"],
+            args=row["args"] or {},
+            attempt=row["attempts"],
+            failures=row["failures"],
+            timeout=row["timeout"],
+            max_attempts=row["max_attempts"],
+            retry_base=row["retry_base"],
+            retry_cap=row["retry_cap"],
+            started_at=row["started_at"],
+            db_now=row["db_now"],
+            trace_id=row["trace_id"],
+            span_id=row["span_id"],
+            created_trace_id=row["created_trace_id"],
+            created_span_id=row["created_span_id"],
+            prev_status=row["prev_status"],
+            prev_trace_id=row["prev_trace_id"],
+            prev_span_id=row["prev_span_id"],
+            prev_outcome=row["prev_outcome"],
+            prev_worker=row["prev_worker"],
+            prev_started_at=row["prev_started_at"],
+            prev_locked_until=row["prev_locked_until"],
             origin=row["origin"],
         )
         # The lease is trusted locally only from before the claim was sent, never longer.
@@ -97,8 +112,13 @@ class Attempt:
 
     def context(self, worker_id: str) -> JobContext:
         return JobContext(
-            schedule=self.schedule, slot=self.slot, attempt=self.attempt, args=self.args, worker_id=worker_id,
-            job=self.job, cancel_event=self.cancel,
+            schedule=self.schedule,
+            slot=self.slot,
+            attempt=self.attempt,
+            args=self.args,
+            worker_id=worker_id,
+            job=self.job,
+            cancel_event=self.cancel,
         )
 
 

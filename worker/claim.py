@@ -36,8 +36,13 @@ def run_claim(
     rows = conn.execute(
         q("run_claim"),
         {
-            "now": now, "jobs": list(jobs), "limit": limit, "lease_s": lease_s, "worker": worker_id,
-            "host": _HOST, "pid": os.getpid(),
+            "now": now,
+            "jobs": list(jobs),
+            "limit": limit,
+            "lease_s": lease_s,
+            "worker": worker_id,
+            "host": _HOST,
+            "pid": os.getpid(),
         },
     ).fetchall()
     attempts = [Attempt.from_row(r, lease_s, sent) for r in rows if r["skipped_reason"] is None]

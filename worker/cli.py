@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             load_command_jobs(settings.jobs_file)
         handlers = registered()
         if not handlers:
-            raise ConfigError("--app: the modules registered no job (use @fleet.job(\"name\"))")
+            raise ConfigError('--app: the modules registered no job (use @fleet.job("name"))')
     except ConfigError as e:
         print(f"fleet-worker: {e}", file=sys.stderr)
         return 2

@@ -14,7 +14,9 @@ from fleet.queries import q
 from worker.attempt import Attempt, Outcome
 
 
-def decide(attempt: Attempt, verdict: str, error: str | None, rand: Callable[[], float] = random.random) -> Outcome:
+def decide(
+    attempt: Attempt, verdict: str, error: str | None, rand: Callable[[], float] = random.random
+) -> Outcome:
     """The outcome of an attempt whose handler returned `verdict` (done/permanent/failed/timeout)."""
     if verdict == "done":
         return Outcome("done", "done")

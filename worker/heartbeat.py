@@ -27,8 +27,11 @@ def run_heartbeat(conn: psycopg.Connection[Any], attempts: list[Any], lease_s: f
     rows = conn.execute(
         q("run_heartbeat"),
         {
-            "now": None, "lease_s": lease_s, "names": [a.schedule for a in attempts],
-            "slots": [a.slot for a in attempts], "attempts": [a.attempt for a in attempts],
+            "now": None,
+            "lease_s": lease_s,
+            "names": [a.schedule for a in attempts],
+            "slots": [a.slot for a in attempts],
+            "attempts": [a.attempt for a in attempts],
         },
     ).fetchall()
     return {(r["schedule_name"], r["scheduled_for"]) for r in rows}
@@ -42,7 +45,9 @@ class Heartbeat(threading.Thread):
     and nothing about it is written any more.
     """
 
-    def __init__(self, worker: Worker, pool: ConnectionPool[Any], on_fenced: Callable[[Any, str], None]) -> None:
+    def __init__(
+        self, worker: Worker, pool: ConnectionPool[Any], on_fenced: Callable[[Any, str], None]
+    ) -> None:
         super().__init__(name="fleet-heartbeat", daemon=True)
         self.worker = worker
         self.pool = pool

@@ -119,8 +119,9 @@ class Worker:
         result.skipped = len(skipped)
         for row in skipped:
             logs.event(
-                "skipped", schedule=row["schedule_name"], slot=row["scheduled_for"], worker_id=self.settings.worker_id,
-                outcome="skipped", error="overlap: an earlier run of this schedule was still in progress",
+                "skipped", schedule=row["schedule_name"], slot=row["scheduled_for"],
+                worker_id=self.settings.worker_id, outcome="skipped",
+                error="overlap: an earlier run of this schedule was still in progress",
             )
         for a in attempts:
             if a.reclaimed:

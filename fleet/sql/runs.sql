@@ -23,16 +23,18 @@ SELECT pg_notify('fleet_runs', '')
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 expired AS (
     SELECT r.schedule_name, r.scheduled_for
-    FROM job_runs r, t
-    WHERE r.status = 'running' AND r.locked_until < t.now AND r.job = ANY(%(jobs)s::text[])
+    FROM job_runs r
+    WHERE r.status = 'running' AND r.locked_until < coalesce(%(now)s::timestamptz, now())
+      AND r.job = ANY(%(jobs)s::text[])
     ORDER BY r.locked_until
     LIMIT %(limit)s
     FOR UPDATE OF r SKIP LOCKED
 ),
 due AS (
     SELECT r.schedule_name, r.scheduled_for
-    FROM job_runs r, t
-    WHERE r.status = 'pending' AND r.run_after <= t.now AND r.job = ANY(%(jobs)s::text[])
+    FROM job_runs r
+    WHERE r.status = 'pending' AND r.run_after <= coalesce(%(now)s::timestamptz, now())
+      AND r.job = ANY(%(jobs)s::text[])
       AND (r.overlap <> 'queue' OR NOT EXISTS (
               SELECT 1 FROM job_runs e
               WHERE e.schedule_name = r.schedule_name AND e.scheduled_for < r.scheduled_for
