@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import traceback
@@ -16,6 +17,8 @@ from fleet.jobs import Handler, JobContext, idempotency_key
 # recorded: the outcome is decided (finished, timed out, handed back); the thread may still run.
 # fenced: the lease was lost; nothing about this attempt may be written any more.
 State = Literal["running", "recorded", "fenced"]
+
+HOST = socket.gethostname()
 
 
 @dataclass

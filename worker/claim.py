@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -12,9 +11,7 @@ from typing import Any
 import psycopg
 
 from fleet.queries import q
-from worker.attempt import Attempt
-
-_HOST = socket.gethostname()
+from worker.attempt import HOST, Attempt
 
 
 def run_claim(
@@ -41,7 +38,7 @@ def run_claim(
             "limit": limit,
             "lease_s": lease_s,
             "worker": worker_id,
-            "host": _HOST,
+            "host": HOST,
             "pid": os.getpid(),
         },
     ).fetchall()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -11,7 +12,7 @@ import psycopg
 
 from fleet.backoff import backoff_delay
 from fleet.queries import q
-from worker.attempt import Attempt, Outcome
+from worker.attempt import HOST, Attempt, Outcome
 
 
 def decide(
@@ -37,9 +38,14 @@ def handed_back() -> Outcome:
 
 
 def run_finish(
-    conn: psycopg.Connection[Any], finished: Sequence[tuple[Attempt, Outcome]], now: datetime | None = None
+    conn: psycopg.Connection[Any],
+    finished: Sequence[tuple[Attempt, Outcome]],
+    *,
+    worker_id: str,
+    now: datetime | None = None,
 ) -> set[tuple[str, datetime]]:
-    """Record outcomes; returns the keys actually written (others were fenced out)."""
+    """Record outcomes and their attempt history rows; returns the keys actually written (others
+    were fenced out: their attempt number is no longer the run's)."""
     if not finished:
         return set()
     rows = conn.execute(
@@ -54,6 +60,12 @@ def run_finish(
             "errors": [o.error for _, o in finished],
             "delays": [o.delay_s for _, o in finished],
             "spent": [o.spent for _, o in finished],
+            "started": [a.started_at for a, _ in finished],
+            "trace_ids": [a.trace_id for a, _ in finished],
+            "span_ids": [a.span_id for a, _ in finished],
+            "worker": worker_id,
+            "host": HOST,
+            "pid": os.getpid(),
         },
     ).fetchall()
     return {(r["schedule_name"], r["scheduled_for"]) for r in rows}

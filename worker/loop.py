@@ -172,7 +172,7 @@ class Worker:
             return 0
         batch, self.to_record = self.to_record, []
         try:
-            written = run_finish(conn, batch)
+            written = run_finish(conn, batch, worker_id=self.settings.worker_id)
         except psycopg.Error:
             self.to_record = batch + self.to_record  # retried after reconnecting
             raise

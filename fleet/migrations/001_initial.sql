@@ -51,6 +51,8 @@ CREATE TABLE job_runs (
     failures           integer NOT NULL DEFAULT 0,
     run_after          timestamptz NOT NULL,
     locked_by          text,
+    locked_host        text,
+    locked_pid         integer,
     locked_until       timestamptz,
     started_at         timestamptz,
     finished_at        timestamptz,
@@ -72,6 +74,8 @@ CREATE INDEX job_runs_open ON job_runs (schedule_name, scheduled_for) WHERE stat
 CREATE INDEX job_runs_finished ON job_runs (finished_at) WHERE status IN ('done', 'dead', 'skipped');
 CREATE INDEX job_runs_dead ON job_runs (schedule_name) WHERE status = 'dead';
 
+-- One row per ended attempt, written when it ends: by its worker (finished, failed, timed out,
+-- handed back), or, for an attempt whose worker died, by the worker that reclaims the run.
 CREATE TABLE job_attempts (
     schedule_name      text NOT NULL,
     scheduled_for      timestamptz NOT NULL,

@@ -46,7 +46,8 @@ due AS (
 cand AS (
     SELECT r.schedule_name, r.scheduled_for, r.overlap, r.status AS prev_status, r.attempts AS prev_attempts,
            r.trace_id AS prev_trace_id, r.span_id AS prev_span_id, r.last_outcome AS prev_outcome,
-           r.locked_by AS prev_worker, r.started_at AS prev_started_at, r.locked_until AS prev_locked_until
+           r.locked_by AS prev_worker, r.locked_host AS prev_host, r.locked_pid AS prev_pid,
+           r.started_at AS prev_started_at, r.locked_until AS prev_locked_until
     FROM job_runs r
     JOIN (SELECT * FROM expired UNION ALL SELECT * FROM due LIMIT %(limit)s) c
       ON r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
@@ -68,6 +69,8 @@ claimed AS (
         failures = r.failures + CASE WHEN c.prev_status = 'running' THEN 1 ELSE 0 END,
         last_outcome = CASE WHEN c.prev_status = 'running' THEN 'lease_expired' ELSE r.last_outcome END,
         locked_by = %(worker)s,
+        locked_host = %(host)s,
+        locked_pid = %(pid)s,
         locked_until = t.now + make_interval(secs => %(lease_s)s),
         started_at = t.now,
         trace_id = encode(uuid_send(gen_random_uuid()), 'hex'),
@@ -91,18 +94,16 @@ skipped AS (
       AND NOT EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
     RETURNING r.schedule_name, r.scheduled_for
 ),
-history AS (
-    INSERT INTO job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid, started_at,
-                              trace_id, span_id)
-    SELECT schedule_name, scheduled_for, attempts, %(worker)s, %(host)s, %(pid)s, started_at, trace_id, span_id
-    FROM claimed
-),
 lost AS (
-    UPDATE job_attempts a
-    SET finished_at = t.now, outcome = 'lease_expired', error = 'lease expired'
-    FROM claimed c, t
-    WHERE c.prev_status = 'running' AND a.schedule_name = c.schedule_name
-      AND a.scheduled_for = c.scheduled_for AND a.attempt = c.attempts - 1 AND a.finished_at IS NULL
+    -- The previous attempt of a reclaimed run died with its worker: record it from the row.
+    INSERT INTO job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid, started_at,
+                              finished_at, outcome, error, trace_id, span_id)
+    SELECT c.schedule_name, c.scheduled_for, c.prev_attempts, coalesce(c.prev_worker, '?'), c.prev_host,
+           c.prev_pid, coalesce(c.prev_started_at, t.now), t.now, 'lease_expired', 'lease expired',
+           c.prev_trace_id, c.prev_span_id
+    FROM cand c, t
+    WHERE c.prev_status = 'running' AND c.prev_attempts > 0
+    ON CONFLICT DO NOTHING
 )
 SELECT c.*, t.now AS db_now, NULL::text AS skipped_reason FROM claimed c, t
 UNION ALL
@@ -126,8 +127,9 @@ WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 v AS (
     SELECT * FROM unnest(%(names)s::text[], %(slots)s::timestamptz[], %(attempts)s::integer[],
                          %(statuses)s::text[], %(outcomes)s::text[], %(errors)s::text[],
-                         %(delays)s::float8[], %(spent)s::integer[])
-        AS v(name, slot, attempt, status, outcome, error, delay_s, spent)
+                         %(delays)s::float8[], %(spent)s::integer[], %(started)s::timestamptz[],
+                         %(trace_ids)s::text[], %(span_ids)s::text[])
+        AS v(name, slot, attempt, status, outcome, error, delay_s, spent, started_at, trace_id, span_id)
 ),
 fin AS (
     UPDATE job_runs r
@@ -135,6 +137,8 @@ fin AS (
         run_after = CASE WHEN v.status = 'pending' THEN t.now + make_interval(secs => v.delay_s)
                          ELSE r.run_after END,
         locked_by = NULL,
+        locked_host = NULL,
+        locked_pid = NULL,
         locked_until = NULL,
         finished_at = CASE WHEN v.status IN ('done', 'dead') THEN t.now END,
         last_error = CASE WHEN v.status = 'done' THEN NULL ELSE coalesce(v.error, r.last_error) END,
@@ -146,11 +150,13 @@ fin AS (
     RETURNING r.schedule_name, r.scheduled_for, r.attempts, r.status::text AS status, r.overlap
 ),
 history AS (
-    UPDATE job_attempts a
-    SET finished_at = t.now, outcome = v.outcome, error = v.error
+    INSERT INTO job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid, started_at,
+                              finished_at, outcome, error, trace_id, span_id)
+    SELECT f.schedule_name, f.scheduled_for, f.attempts, %(worker)s, %(host)s, %(pid)s, v.started_at, t.now,
+           v.outcome, v.error, v.trace_id, v.span_id
     FROM fin f, v, t
     WHERE f.schedule_name = v.name AND f.scheduled_for = v.slot
-      AND a.schedule_name = f.schedule_name AND a.scheduled_for = f.scheduled_for AND a.attempt = f.attempts
+    ON CONFLICT DO NOTHING
 ),
 ungate AS (
     UPDATE schedules s SET running_slot = NULL

@@ -168,9 +168,10 @@ def test_sigterm_hands_the_run_back_at_once(db_url: str, conn: psycopg.Connectio
     assert exited < 1 + 2, exited
     assert retaken < 5, retaken  # far below the 30 s lease
     hist = conn.execute("SELECT worker_id, outcome FROM job_attempts ORDER BY attempt").fetchall()
-    assert hist[0] == {"worker_id": "a", "outcome": "handed_back"}
-    assert hist[1]["worker_id"] == "b"
-    assert run_row(conn)["failures"] == 0  # a hand-back spends no retry budget
+    assert hist == [{"worker_id": "a", "outcome": "handed_back"}]
+    r = run_row(conn)
+    assert (r["locked_by"], r["status"], r["last_outcome"]) == ("b", "running", "handed_back")
+    assert r["failures"] == 0  # a hand-back spends no retry budget
     print(f"SIGTERM: worker exited after {exited:.2f}s, run retaken after {retaken:.2f}s (lease 30s)")
 
 

@@ -1,0 +1,1 @@
+"""Example schedules and jobs that `fleetctl up` brings to an empty database."""
