@@ -12,10 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import orjson
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool
 
 from fleet.errors import DatabaseUnavailable
+
+set_json_loads(orjson.loads)
+set_json_dumps(orjson.dumps)
 
 # Keepalives and tcp_user_timeout make a partitioned connection fail in seconds instead of
 # hanging past a lease.
@@ -26,10 +31,12 @@ _CONNECT_KWARGS: dict[str, Any] = {
     "keepalives_idle": 10,
     "keepalives_interval": 5,
     "keepalives_count": 3,
-    # Prepared statements break behind a transaction-pooling proxy older than PgBouncer 1.22;
-    # fleet's hot statements are few and planned quickly, so they are not prepared.
-    "prepare_threshold": None,
 }
+
+# The claim and finish statements take about as long to plan as to run, so the hot paths prepare
+# them (psycopg does so from a statement's second execution). Behind a transaction-pooling proxy
+# older than PgBouncer 1.22 prepared statements break: FLEET_PREPARED_STATEMENTS=0 turns them off.
+PREPARE_AFTER = 1
 
 
 def resolve_url(url: str | None, base_dir: Path | None = None) -> str:
@@ -47,27 +54,35 @@ def redact(url: str) -> str:
     return re.sub(r"(password=)[^&\s]*", r"\1***", url)
 
 
-def _kwargs(application_name: str) -> dict[str, Any]:
-    return {**_CONNECT_KWARGS, "application_name": application_name[:63]}
+def _kwargs(application_name: str, prepare: bool = False) -> dict[str, Any]:
+    return {
+        **_CONNECT_KWARGS,
+        "application_name": application_name[:63],
+        "prepare_threshold": PREPARE_AFTER if prepare else None,
+    }
 
 
-def connect(url: str, application_name: str) -> psycopg.Connection[dict[str, Any]]:
+def connect(url: str, application_name: str, prepare: bool = False) -> psycopg.Connection[dict[str, Any]]:
     """A new autocommit connection returning rows as dicts."""
     try:
-        return psycopg.connect(url, row_factory=dict_row, **_kwargs(application_name))
+        return psycopg.connect(url, row_factory=dict_row, **_kwargs(application_name, prepare))
     except psycopg.OperationalError as e:
         raise DatabaseUnavailable(f"cannot connect to {redact(url)}: {str(e).strip()}") from e
 
 
 def connect_retrying(
-    url: str, application_name: str, deadline_s: float, on_retry: Callable[[Exception], None] | None = None
+    url: str,
+    application_name: str,
+    deadline_s: float,
+    on_retry: Callable[[Exception], None] | None = None,
+    prepare: bool = False,
 ) -> psycopg.Connection[dict[str, Any]]:
     """Connect, retrying with backoff for up to `deadline_s` (start-up under a process manager)."""
     end = time.monotonic() + deadline_s
     delay = 0.2
     while True:
         try:
-            return connect(url, application_name)
+            return connect(url, application_name, prepare)
         except DatabaseUnavailable as e:
             if time.monotonic() + delay > end:
                 raise
@@ -77,13 +92,15 @@ def connect_retrying(
             delay = min(delay * 2, 5.0)
 
 
-def make_pool(url: str, application_name: str, min_size: int = 1, max_size: int = 4) -> ConnectionPool[Any]:
+def make_pool(
+    url: str, application_name: str, min_size: int = 1, max_size: int = 4, prepare: bool = False
+) -> ConnectionPool[Any]:
     """A bounded pool whose connections are checked on borrow (survives a server restart)."""
     pool: ConnectionPool[Any] = ConnectionPool(
         url,
         min_size=min_size,
         max_size=max_size,
-        kwargs={**_kwargs(application_name), "row_factory": dict_row},
+        kwargs={**_kwargs(application_name, prepare), "row_factory": dict_row},
         check=ConnectionPool.check_connection,
         open=False,
         name=application_name,

@@ -33,6 +33,7 @@ class TickerSettings:
     leader: bool
     ticker_id: str
     log_format: str
+    prepared_statements: bool = True
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class WorkerSettings:
     grace_s: float
     until_idle: bool
     log_format: str
+    prepared_statements: bool = True
 
 
 def default_process_id(kind: str) -> str:
@@ -97,6 +99,15 @@ def add_database_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--log-format", choices=LOG_FORMATS, help=_env_help("FLEET_LOG_FORMAT", "json (default) or text")
+    )
+    parser.add_argument(
+        "--no-prepared-statements",
+        dest="prepared_statements",
+        action="store_false",
+        default=None,
+        help=_env_help(
+            "FLEET_PREPARED_STATEMENTS", "do not prepare statements (PgBouncer before 1.22 in transaction mode)"
+        ),
     )
 
 
@@ -155,6 +166,9 @@ def ticker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> T
         leader=_take(a.leader, environ, "FLEET_TICKER_LEADER", False, _bool, "--leader"),
         ticker_id=_take(a.id, environ, "FLEET_TICKER_ID", "", str, "--id") or default_process_id("ticker"),
         log_format=_take(a.log_format, environ, "FLEET_LOG_FORMAT", "json", str, "--log-format"),
+        prepared_statements=_take(
+            a.prepared_statements, environ, "FLEET_PREPARED_STATEMENTS", True, _bool, "--no-prepared-statements"
+        ),
     )
     if s.log_format not in LOG_FORMATS:
         raise ConfigError(f"--log-format: must be one of {', '.join(LOG_FORMATS)}")
@@ -226,6 +240,9 @@ def worker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> W
         grace_s=_take(a.grace, environ, "FLEET_GRACE", DEFAULT_GRACE_S, float, "--grace"),
         until_idle=a.until_idle,
         log_format=_take(a.log_format, environ, "FLEET_LOG_FORMAT", "json", str, "--log-format"),
+        prepared_statements=_take(
+            a.prepared_statements, environ, "FLEET_PREPARED_STATEMENTS", True, _bool, "--no-prepared-statements"
+        ),
     )
     if s.grace_s < 0:
         raise ConfigError("--grace: must not be negative")

@@ -11,6 +11,7 @@ import psycopg
 
 from fleet import logs
 from fleet.db import connect, connect_retrying, redact, resolve_url
+from fleet.errors import DatabaseUnavailable
 from fleet.queries import q
 from fleet.registry import process_register, process_remove, process_touch
 from fleet.settings import TickerSettings
@@ -37,7 +38,11 @@ class Ticker:
     def _connect(self) -> None:
         app = f"fleet-ticker {self.settings.ticker_id}"
         self.conn = connect_retrying(
-            self.url, app, _RECONNECT_DEADLINE_S, lambda e: logs.event("db_unavailable", error=str(e))
+            self.url,
+            app,
+            _RECONNECT_DEADLINE_S,
+            lambda e: logs.event("db_unavailable", error=str(e)),
+            prepare=self.settings.prepared_statements,
         )
         self.listen = connect(self.url, app + " listen")
         self.listen.execute("LISTEN fleet_schedules")
@@ -72,7 +77,9 @@ class Ticker:
                     done = self._step()
                     if done:
                         break
-                except psycopg.OperationalError as e:
+                except (psycopg.Error, DatabaseUnavailable) as e:
+                    # Keep trying (server restarting, schema not migrated yet): a process manager
+                    # gives up on a program that exits quickly a few times.
                     logs.event("db_error", ticker_id=self.settings.ticker_id, error=str(e).strip())
                     self._close()
                     self.stop.wait(1.0)

@@ -14,6 +14,30 @@ from fleet.queries import q
 from worker.attempt import HOST, Attempt
 
 
+def claim_params(
+    *, worker_id: str, jobs: Sequence[str], limit: int, lease_s: float, now: datetime | None = None
+) -> dict[str, Any]:
+    """The parameters of the `run_claim` statement."""
+    return {
+        "now": now,
+        "jobs": list(jobs),
+        "limit": limit,
+        "lease_s": lease_s,
+        "worker": worker_id,
+        "host": HOST,
+        "pid": os.getpid(),
+    }
+
+
+def claim_result(
+    rows: list[dict[str, Any]], lease_s: float, sent_mono: float
+) -> tuple[list[Attempt], list[dict[str, Any]]]:
+    """Split the claim's rows into attempts to run and runs recorded as skipped for overlap."""
+    attempts = [Attempt.from_row(r, lease_s, sent_mono) for r in rows if r["skipped_reason"] is None]
+    skipped = [r for r in rows if r["skipped_reason"] is not None]
+    return attempts, skipped
+
+
 def run_claim(
     conn: psycopg.Connection[Any],
     *,
@@ -30,18 +54,5 @@ def run_claim(
     fencing token every later write of the attempt is conditioned on.
     """
     sent = time.monotonic()
-    rows = conn.execute(
-        q("run_claim"),
-        {
-            "now": now,
-            "jobs": list(jobs),
-            "limit": limit,
-            "lease_s": lease_s,
-            "worker": worker_id,
-            "host": HOST,
-            "pid": os.getpid(),
-        },
-    ).fetchall()
-    attempts = [Attempt.from_row(r, lease_s, sent) for r in rows if r["skipped_reason"] is None]
-    skipped = [r for r in rows if r["skipped_reason"] is not None]
-    return attempts, skipped
+    params = claim_params(worker_id=worker_id, jobs=jobs, limit=limit, lease_s=lease_s, now=now)
+    return claim_result(conn.execute(q("run_claim"), params).fetchall(), lease_s, sent)

@@ -37,6 +37,34 @@ def handed_back() -> Outcome:
     return Outcome("pending", "handed_back", "handed back: the worker was stopping")
 
 
+def finish_params(
+    finished: Sequence[tuple[Attempt, Outcome]], *, worker_id: str, now: datetime | None = None
+) -> dict[str, Any]:
+    """The parameters of the `run_finish` statement for a batch of outcomes."""
+    return {
+        "now": now,
+        "names": [a.schedule for a, _ in finished],
+        "slots": [a.slot for a, _ in finished],
+        "attempts": [a.attempt for a, _ in finished],
+        "statuses": [o.status for _, o in finished],
+        "outcomes": [o.outcome for _, o in finished],
+        "errors": [o.error for _, o in finished],
+        "delays": [o.delay_s for _, o in finished],
+        "spent": [o.spent for _, o in finished],
+        "started": [a.started_at for a, _ in finished],
+        "trace_ids": [a.trace_id for a, _ in finished],
+        "span_ids": [a.span_id for a, _ in finished],
+        "worker": worker_id,
+        "host": HOST,
+        "pid": os.getpid(),
+    }
+
+
+def finish_result(rows: list[dict[str, Any]]) -> set[tuple[str, datetime]]:
+    """The keys the finish statement wrote."""
+    return {(r["schedule_name"], r["scheduled_for"]) for r in rows}
+
+
 def run_finish(
     conn: psycopg.Connection[Any],
     finished: Sequence[tuple[Attempt, Outcome]],
@@ -48,24 +76,5 @@ def run_finish(
     were fenced out: their attempt number is no longer the run's)."""
     if not finished:
         return set()
-    rows = conn.execute(
-        q("run_finish"),
-        {
-            "now": now,
-            "names": [a.schedule for a, _ in finished],
-            "slots": [a.slot for a, _ in finished],
-            "attempts": [a.attempt for a, _ in finished],
-            "statuses": [o.status for _, o in finished],
-            "outcomes": [o.outcome for _, o in finished],
-            "errors": [o.error for _, o in finished],
-            "delays": [o.delay_s for _, o in finished],
-            "spent": [o.spent for _, o in finished],
-            "started": [a.started_at for a, _ in finished],
-            "trace_ids": [a.trace_id for a, _ in finished],
-            "span_ids": [a.span_id for a, _ in finished],
-            "worker": worker_id,
-            "host": HOST,
-            "pid": os.getpid(),
-        },
-    ).fetchall()
-    return {(r["schedule_name"], r["scheduled_for"]) for r in rows}
+    params = finish_params(finished, worker_id=worker_id, now=now)
+    return finish_result(conn.execute(q("run_finish"), params).fetchall())

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from fleet import logs, telemetry
 from fleet.db import make_pool, redact, resolve_url
@@ -18,8 +18,8 @@ from fleet.queries import q
 from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings
 from worker.attempt import Attempt, Outcome, execute
-from worker.claim import run_claim
-from worker.finish import decide, handed_back, run_finish
+from worker.claim import claim_params, claim_result
+from worker.finish import decide, finish_params, finish_result, handed_back, run_finish
 from worker.heartbeat import Heartbeat
 from worker.listen import Listener
 
@@ -100,27 +100,52 @@ class Worker:
     # -- one round -----------------------------------------------------------------------------
 
     def run_once(self, conn: psycopg.Connection[Any]) -> WorkerResult:
-        """Collect finished handlers, stop overdue ones, record outcomes, then claim free slots."""
+        """Collect finished handlers and stop overdue ones; then, in one transaction (one commit),
+        record the outcomes and claim runs for the free slots."""
         result = WorkerResult()
         self._collect()
         self._check_timeouts()
-        result.recorded = self._flush(conn)
-        if self.stop.is_set():
+        batch, self.to_record = self.to_record, []
+        free = 0 if self.stop.is_set() else self.settings.concurrency - len(self.inflight)
+        result.requested = max(0, min(free, self.settings.claim_batch))
+        if not batch and not result.requested:
             return result
-        free = self.settings.concurrency - len(self.inflight)
-        if free <= 0:
-            return result
-        result.requested = min(free, self.settings.claim_batch)
-        attempts, skipped = run_claim(
-            conn, worker_id=self.settings.worker_id, jobs=self.jobs, limit=result.requested,
-            lease_s=self.settings.lease_s,
-        )
+        s = self.settings
+        try:
+            # Pipelined: BEGIN, finish, claim and COMMIT travel in one round trip, with one commit.
+            with conn.pipeline(), conn.transaction():
+                fin = (
+                    conn.execute(q("run_finish"), finish_params(batch, worker_id=s.worker_id))
+                    if batch
+                    else None
+                )
+                sent = time.monotonic()
+                claim = (
+                    conn.execute(
+                        q("run_claim"),
+                        claim_params(
+                            worker_id=s.worker_id, jobs=self.jobs, limit=result.requested, lease_s=s.lease_s
+                        ),
+                    )
+                    if result.requested
+                    else None
+                )
+            written = finish_result(fin.fetchall()) if fin else set()
+            attempts, skipped = claim_result(claim.fetchall(), s.lease_s, sent) if claim else ([], [])
+        except psycopg.Error:
+            self.to_record = batch + self.to_record  # recorded after reconnecting
+            raise
+        self._report(batch, written)
+        result.recorded = len(batch)
         result.claimed = len(attempts)
         result.skipped = len(skipped)
         for row in skipped:
             logs.event(
-                "skipped", schedule=row["schedule_name"], slot=row["scheduled_for"],
-                worker_id=self.settings.worker_id, outcome="skipped",
+                "skipped",
+                schedule=row["schedule_name"],
+                slot=row["scheduled_for"],
+                worker_id=self.settings.worker_id,
+                outcome="skipped",
                 error="overlap: an earlier run of this schedule was still in progress",
             )
         for a in attempts:
@@ -129,17 +154,15 @@ class Worker:
                 self._log("reclaimed", a, previous_worker=a.prev_worker)
             if a.reclaimed and a.failures >= a.max_attempts:
                 # The lease ran out on the last allowed try (the handler crashed or stalled its worker):
-                # running it again would exceed the budget.
-                self.to_record.append((a, Outcome("dead", "dead", f"lease lost on attempt {a.attempt - 1}, "
-                                                  f"the last of {a.max_attempts}")))
+                # running it again would exceed the budget. Recorded in the next round.
+                error = f"lease lost on attempt {a.attempt - 1}, the last of {a.max_attempts}"
+                self.to_record.append((a, Outcome("dead", "dead", error)))
                 a.state = "recorded"
                 continue
             self._log("claimed", a)
             with self.lock:
                 self.inflight[a.key] = a
             self.todo.put(a)
-        if any(a.state == "recorded" for a in attempts):
-            result.recorded += self._flush(conn)
         return result
 
     def _collect(self) -> None:
@@ -162,56 +185,92 @@ class Worker:
         now = time.monotonic()
         for a in self.running_attempts():
             deadline = a.deadline_mono()
-            if deadline is not None and now >= deadline and self._record(
-                a, decide(a, "timeout", f"timed out after {a.timeout}")
+            if (
+                deadline is not None
+                and now >= deadline
+                and self._record(a, decide(a, "timeout", f"timed out after {a.timeout}"))
             ):
                 a.cancel.set()
 
-    def _flush(self, conn: psycopg.Connection[Any]) -> int:
+    def _flush(self, conn: psycopg.Connection[Any]) -> None:
+        """Record the outcomes decided so far, without claiming."""
         if not self.to_record:
-            return 0
+            return
         batch, self.to_record = self.to_record, []
         try:
             written = run_finish(conn, batch, worker_id=self.settings.worker_id)
         except psycopg.Error:
-            self.to_record = batch + self.to_record  # retried after reconnecting
+            self.to_record = batch + self.to_record
             raise
+        self._report(batch, written)
+
+    def _report(self, batch: list[tuple[Attempt, Outcome]], written: set[tuple[str, Any]]) -> None:
+        now = time.monotonic()
         for a, o in batch:
-            duration_ms = round((time.monotonic() - a.started_mono) * 1000, 3)
+            duration_ms = round((now - a.started_mono) * 1000, 3)
             if a.key not in written:
                 self.counts["fenced"] += 1
-                self._log("fenced", a, outcome=o.outcome, duration_ms=duration_ms,
-                          error="not recorded: another worker holds this run now")
+                self._log(
+                    "fenced",
+                    a,
+                    outcome=o.outcome,
+                    duration_ms=duration_ms,
+                    error="not recorded: another worker holds this run now",
+                )
                 continue
             name = {"done": "finished", "dead": "dead"}.get(o.status) or (
                 "handed_back" if o.outcome == "handed_back" else "retried"
             )
             self.counts["done" if o.status == "done" else "dead" if o.status == "dead" else "failed"] += 1
-            self._log(name, a, outcome=o.outcome, duration_ms=duration_ms, error=o.error,
-                      retry_in_s=round(o.delay_s, 3) if o.status == "pending" else None)
-        return len(batch)
+            self._log(
+                name,
+                a,
+                outcome=o.outcome,
+                duration_ms=duration_ms,
+                error=o.error,
+                retry_in_s=round(o.delay_s, 3) if o.status == "pending" else None,
+            )
 
     def _log(self, name: str, a: Attempt, **fields: Any) -> None:
         fields.setdefault("outcome", None)
         fields.setdefault("duration_ms", None)
         fields.setdefault("error", None)
         logs.event(
-            name, schedule=a.schedule, slot=a.slot, attempt=a.attempt, worker_id=self.settings.worker_id,
-            job=a.job, trace_id=a.trace_id, span_id=a.span_id, **fields,
+            name,
+            schedule=a.schedule,
+            slot=a.slot,
+            attempt=a.attempt,
+            worker_id=self.settings.worker_id,
+            job=a.job,
+            trace_id=a.trace_id,
+            span_id=a.span_id,
+            **fields,
         )
 
     # -- the loop ------------------------------------------------------------------------------
 
     def run(self) -> int:
         s = self.settings
-        logs.event("worker_started", worker_id=s.worker_id, jobs=self.jobs, database=redact(self.url),
-                   lease_s=s.lease_s, heartbeat_s=s.heartbeat_s, poll_s=s.poll_s, concurrency=s.concurrency)
-        self.pool = make_pool(self.url, f"fleet-worker {s.worker_id}", min_size=2, max_size=2)
+        logs.event(
+            "worker_started",
+            worker_id=s.worker_id,
+            jobs=self.jobs,
+            database=redact(self.url),
+            lease_s=s.lease_s,
+            heartbeat_s=s.heartbeat_s,
+            poll_s=s.poll_s,
+            concurrency=s.concurrency,
+        )
+        self.pool = make_pool(
+            self.url, f"fleet-worker {s.worker_id}", min_size=2, max_size=2, prepare=s.prepared_statements
+        )
         self._wait_for_database()
         heartbeat = Heartbeat(self, self.pool, self.fence)
         listener = Listener(self.url, f"fleet-worker {s.worker_id} listen", self.wake)
-        self.threads = [threading.Thread(target=self._executor, name=f"fleet-job-{i}", daemon=True)
-                        for i in range(s.concurrency)]
+        self.threads = [
+            threading.Thread(target=self._executor, name=f"fleet-job-{i}", daemon=True)
+            for i in range(s.concurrency)
+        ]
         for t in [*self.threads, heartbeat, listener]:
             t.start()
         try:
@@ -246,33 +305,42 @@ class Worker:
 
     def _loop(self) -> None:
         assert self.pool is not None
+        while True:
+            try:
+                # One connection for the whole loop; the pool checks it again only after an error.
+                with self.pool.connection(timeout=30) as conn:
+                    self._rounds(conn)
+                    return
+            except psycopg.Error as e:
+                logs.event("db_error", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
+                self.wake.wait(1.0)
+            except PoolTimeout as e:
+                logs.event("db_unavailable", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
+
+    def _rounds(self, conn: psycopg.Connection[Any]) -> None:
         s = self.settings
         grace_end: float | None = None
         while True:
             self.wake.clear()
-            try:
-                with self.pool.connection(timeout=30) as conn:
-                    r = self.run_once(conn)
-                    if self.stop.is_set():
-                        if grace_end is None:
-                            grace_end = time.monotonic() + s.grace_s
-                            logs.event("stopping", worker_id=s.worker_id, running=len(self.inflight),
-                                       grace_s=s.grace_s)
-                        if not self.inflight and not self.to_record:
-                            return
-                        if time.monotonic() >= grace_end:
-                            self._hand_back(conn)
-                            return
-                        self.wake.wait(_STOP_POLL_S)
-                        continue
-                    if r.requested and r.claimed == r.requested:
-                        continue  # a full batch: there may be more right away
-                    timeout = self._next_wait(conn, r)
-                    if timeout is None:
-                        return
-            except psycopg.Error as e:
-                logs.event("db_error", worker_id=s.worker_id, error=str(e).strip()[:300])
-                timeout = 1.0
+            r = self.run_once(conn)
+            if self.stop.is_set():
+                if grace_end is None:
+                    grace_end = time.monotonic() + s.grace_s
+                    logs.event(
+                        "stopping", worker_id=s.worker_id, running=len(self.inflight), grace_s=s.grace_s
+                    )
+                if not self.inflight and not self.to_record:
+                    return
+                if time.monotonic() >= grace_end:
+                    self._hand_back(conn)
+                    return
+                self.wake.wait(_STOP_POLL_S)
+                continue
+            if self.to_record or (r.requested and r.claimed == r.requested):
+                continue  # outcomes to record, or a full batch: there may be more right away
+            timeout = self._next_wait(conn, r)
+            if timeout is None:
+                return
             self.wake.wait(timeout)
 
     def _next_wait(self, conn: psycopg.Connection[Any], r: WorkerResult) -> float | None:

@@ -4,9 +4,9 @@
 INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, origin, status, run_after, finished_at,
                       last_error, created_trace_id, created_span_id)
 SELECT v.name, v.slot, s.job, s.args, s.overlap, %(origin)s, v.status::fleet_run_status, v.slot,
-       CASE WHEN v.status = 'skipped' THEN coalesce(%(now)s::timestamptz, now()) END, v.reason,
+       CASE WHEN v.status = 'skipped' THEN coalesce(%(now)b::timestamptz, now()) END, v.reason,
        %(trace_id)s, %(span_id)s
-FROM unnest(%(names)s::text[], %(slots)s::timestamptz[], %(statuses)s::text[], %(reasons)s::text[])
+FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(statuses)b::text[], %(reasons)b::text[])
      AS v(name, slot, status, reason)
 JOIN schedules s ON s.name = v.name
 ON CONFLICT DO NOTHING
@@ -20,12 +20,12 @@ SELECT pg_notify('fleet_runs', '')
 -- schedule whose overlap is not 'allow' must also take the schedule's gate (schedules.running_slot);
 -- a fresh run that finds the gate held by another run is recorded 'skipped' under overlap 'skip'
 -- and left pending under 'queue'.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+WITH t AS (SELECT coalesce(%(now)b::timestamptz, now()) AS now),
 expired AS (
     SELECT r.schedule_name, r.scheduled_for
     FROM job_runs r
-    WHERE r.status = 'running' AND r.locked_until < coalesce(%(now)s::timestamptz, now())
-      AND r.job = ANY(%(jobs)s::text[])
+    WHERE r.status = 'running' AND r.locked_until < coalesce(%(now)b::timestamptz, now())
+      AND r.job = ANY(%(jobs)b::text[])
     ORDER BY r.locked_until
     LIMIT %(limit)s
     FOR UPDATE OF r SKIP LOCKED
@@ -33,8 +33,8 @@ expired AS (
 due AS (
     SELECT r.schedule_name, r.scheduled_for
     FROM job_runs r
-    WHERE r.status = 'pending' AND r.run_after <= coalesce(%(now)s::timestamptz, now())
-      AND r.job = ANY(%(jobs)s::text[])
+    WHERE r.status = 'pending' AND r.run_after <= coalesce(%(now)b::timestamptz, now())
+      AND r.job = ANY(%(jobs)b::text[])
       AND (r.overlap <> 'queue' OR NOT EXISTS (
               SELECT 1 FROM job_runs e
               WHERE e.schedule_name = r.schedule_name AND e.scheduled_for < r.scheduled_for
@@ -114,8 +114,8 @@ FROM skipped k, t
 -- name: run_heartbeat
 -- Renew the leases of a worker's runs; a run missing from the result was taken over (fenced out).
 UPDATE job_runs r
-SET locked_until = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease_s)s)
-FROM unnest(%(names)s::text[], %(slots)s::timestamptz[], %(attempts)s::integer[]) AS v(name, slot, attempt)
+SET locked_until = coalesce(%(now)b::timestamptz, now()) + make_interval(secs => %(lease_s)s)
+FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(attempts)b::integer[]) AS v(name, slot, attempt)
 WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.attempts = v.attempt
   AND r.status = 'running'
 RETURNING r.schedule_name, r.scheduled_for
@@ -123,12 +123,12 @@ RETURNING r.schedule_name, r.scheduled_for
 -- name: run_finish
 -- Record attempts' outcomes, fenced on the attempt number: a stale worker's write matches nothing.
 -- status: 'done' | 'dead' | 'pending' (retry after delay_s, or handed back with delay 0).
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+WITH t AS (SELECT coalesce(%(now)b::timestamptz, now()) AS now),
 v AS (
-    SELECT * FROM unnest(%(names)s::text[], %(slots)s::timestamptz[], %(attempts)s::integer[],
-                         %(statuses)s::text[], %(outcomes)s::text[], %(errors)s::text[],
-                         %(delays)s::float8[], %(spent)s::integer[], %(started)s::timestamptz[],
-                         %(trace_ids)s::text[], %(span_ids)s::text[])
+    SELECT * FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(attempts)b::integer[],
+                         %(statuses)b::text[], %(outcomes)b::text[], %(errors)b::text[],
+                         %(delays)b::float8[], %(spent)b::integer[], %(started)b::timestamptz[],
+                         %(trace_ids)b::text[], %(span_ids)b::text[])
         AS v(name, slot, attempt, status, outcome, error, delay_s, spent, started_at, trace_id, span_id)
 ),
 fin AS (
@@ -172,6 +172,6 @@ FROM fin f
 -- name: run_next_wait
 -- Seconds from now() to the earliest moment a run becomes claimable (due, or lease expiring).
 SELECT extract(epoch FROM least(
-           (SELECT min(run_after) FROM job_runs WHERE status = 'pending' AND job = ANY(%(jobs)s::text[])),
-           (SELECT min(locked_until) FROM job_runs WHERE status = 'running' AND job = ANY(%(jobs)s::text[])))
-       - coalesce(%(now)s::timestamptz, now()))::float8 AS wait_s
+           (SELECT min(run_after) FROM job_runs WHERE status = 'pending' AND job = ANY(%(jobs)b::text[])),
+           (SELECT min(locked_until) FROM job_runs WHERE status = 'running' AND job = ANY(%(jobs)b::text[])))
+       - coalesce(%(now)b::timestamptz, now()))::float8 AS wait_s
