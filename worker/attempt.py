@@ -7,9 +7,10 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
+from fleet import telemetry
 from fleet.errors import Cancelled, Permanent
 from fleet.jobs import Handler, JobContext, idempotency_key
 
@@ -65,12 +66,13 @@ class Attempt:
     started_mono: float = field(default_factory=time.monotonic)
     lease_deadline_mono: float = 0.0
     verdict: tuple[str, str | None] = ("", None)  # set by the handler thread when it returns
+    span: Any = None  # the attempt's open trace span (fleet.telemetry), made by the first thread needing it
 
     @classmethod
     def from_row(cls, row: dict[str, Any], lease_s: float, claimed_mono: float) -> Attempt:
         a = cls(
             schedule=row["schedule_name"],
-            slot=row["scheduled_for"],
+            slot=row["scheduled_for"].astimezone(timezone.utc),
             job=row["job"],
             args=row["args"] or {},
             attempt=row["attempts"],
@@ -130,10 +132,12 @@ def execute(handler: Handler, ctx: JobContext) -> tuple[str, str | None]:
     try:
         handler(ctx)
     except Permanent as e:
+        telemetry.record_exception(e)
         return "permanent", _error(e)
     except Cancelled as e:
         return "cancelled", _error(e)
     except Exception as e:  # noqa: BLE001 - any handler error is the attempt's outcome
+        telemetry.record_exception(e)
         if ctx.cancelled:
             return "cancelled", _error(e)
         return "failed", _error(e)

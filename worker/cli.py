@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fleet-worker: {e}", file=sys.stderr)
         return 2
     logs.configure(settings.log_format, process="worker")
-    telemetry.configure("fleet-worker", settings.worker_id)
+    telemetry.configure("fleet-worker", settings.worker_id, os.environ)
     stop = threading.Event()
     worker = Worker(settings, handlers, stop)
 

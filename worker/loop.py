@@ -218,6 +218,7 @@ class Worker:
                     error="not recorded: another worker holds this run now",
                 )
                 continue
+            telemetry.attempt_recorded(a, o.outcome, o.error)
             name = {"done": "finished", "dead": "dead"}.get(o.status) or (
                 "handed_back" if o.outcome == "handed_back" else "retried"
             )
@@ -322,7 +323,8 @@ class Worker:
         grace_end: float | None = None
         while True:
             self.wake.clear()
-            r = self.run_once(conn)
+            with logs.batched():
+                r = self.run_once(conn)
             if self.stop.is_set():
                 if grace_end is None:
                     grace_end = time.monotonic() + s.grace_s
