@@ -7,7 +7,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from fleet import telemetry
@@ -66,13 +66,14 @@ class Attempt:
     started_mono: float = field(default_factory=time.monotonic)
     lease_deadline_mono: float = 0.0
     verdict: tuple[str, str | None] = ("", None)  # set by the handler thread when it returns
+    returned: bool = False  # the handler has returned (its verdict is set)
     span: Any = None  # the attempt's open trace span (fleet.telemetry), made by the first thread needing it
 
     @classmethod
     def from_row(cls, row: dict[str, Any], lease_s: float, claimed_mono: float) -> Attempt:
         a = cls(
             schedule=row["schedule_name"],
-            slot=row["scheduled_for"].astimezone(timezone.utc),
+            slot=row["scheduled_for"].astimezone(UTC),
             job=row["job"],
             args=row["args"] or {},
             attempt=row["attempts"],

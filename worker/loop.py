@@ -68,7 +68,9 @@ class Worker:
             ctx = a.context(self.settings.worker_id)
             with telemetry.attempt_span(a, ctx):
                 verdict, error = execute(self.handlers[a.job], ctx)
-            a.verdict = (verdict, error)
+            with self.lock:
+                a.verdict = (verdict, error)
+                a.returned = True  # from here on a hand-back must not claim this run unfinished
             self.done.put(a)
             self.wake.set()
 
@@ -144,9 +146,12 @@ class Worker:
                 "skipped",
                 schedule=row["schedule_name"],
                 slot=row["scheduled_for"],
+                attempt=None,  # no attempt was made: the same fields as every other run event
                 worker_id=self.settings.worker_id,
                 outcome="skipped",
+                duration_ms=None,
                 error="overlap: an earlier run of this schedule was still in progress",
+                trace_id=None,
             )
         for a in attempts:
             if a.reclaimed:
@@ -188,6 +193,7 @@ class Worker:
             if (
                 deadline is not None
                 and now >= deadline
+                and not a.returned
                 and self._record(a, decide(a, "timeout", f"timed out after {a.timeout}"))
             ):
                 a.cancel.set()
@@ -364,10 +370,20 @@ class Worker:
         return timeout
 
     def _hand_back(self, conn: psycopg.Connection[Any]) -> None:
-        """Give unfinished runs back so another worker retakes them at once."""
-        for a in self.running_attempts():
-            if self._record(a, handed_back()):
-                a.cancel.set()
+        """Give unfinished runs back so another worker retakes them at once.
+
+        A handler that has already returned is recorded with its real outcome instead: handing its
+        run back would make another worker run it a second time.
+        """
+        self._collect()
+        with self.lock:
+            leaving = [a for a in self.inflight.values() if a.state == "running" and not a.returned]
+            for a in leaving:
+                a.state = "recorded"
+        for a in leaving:
+            self.to_record.append((a, handed_back()))
+            a.cancel.set()
+        self._collect()
         self._flush(conn)
         # Give cancelled handlers a moment to stop (a command job is terminated by its thread).
         end = time.monotonic() + _HANDBACK_WAIT_S
