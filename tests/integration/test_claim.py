@@ -186,20 +186,3 @@ def test_reclaim_after_the_last_allowed_attempt_is_reported(conn: psycopg.Connec
     claim(conn, T0)
     (a,), _ = claim(conn, T0 + timedelta(seconds=LEASE + 1), worker="w2")
     assert a.failures >= a.max_attempts  # the worker records it dead instead of running it
-
-
-def test_claim_plans_use_the_partial_indexes(conn: psycopg.Connection[Any]) -> None:
-    schedule(conn)
-    conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, status, run_after, finished_at) "
-        "SELECT 's', %s - make_interval(secs => g), 'noop', 'done', %s, %s FROM generate_series(1, 100000) g",
-        (T0, T0, T0),
-    )
-    add_run(conn, "s", T0)
-    conn.execute("ANALYZE job_runs")
-    params = {"now": T0, "jobs": ["noop"], "limit": 10, "lease_s": 10, "worker": "w", "host": "h", "pid": 1}
-    from fleet.queries import q
-
-    plan = "\n".join(r["QUERY PLAN"] for r in conn.execute("EXPLAIN " + q("run_claim"), params))
-    assert "Index Cond: (run_after <=" in plan and "job_runs_pending" in plan, plan
-    assert "Seq Scan on job_runs" not in plan, plan
