@@ -8,7 +8,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from fleet import logs
+from fleet import logs, telemetry
 from fleet.errors import ConfigError, DatabaseUnavailable
 from fleet.settings import ticker_settings
 from ticker.loop import Ticker
@@ -21,6 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fleet-ticker: {e}", file=sys.stderr)
         return 2
     logs.configure(settings.log_format, process="ticker")
+    telemetry.configure("fleet-ticker", settings.ticker_id, os.environ)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -34,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DatabaseUnavailable as e:
         print(f"fleet-ticker: {e}", file=sys.stderr)
         return 1
+    finally:
+        telemetry.flush()
 
 
 if __name__ == "__main__":

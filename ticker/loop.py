@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from fleet import logs
+from fleet import logs, telemetry
 from fleet.db import connect, connect_retrying, redact, resolve_url
 from fleet.errors import DatabaseUnavailable
 from fleet.queries import q
@@ -116,9 +116,14 @@ class Ticker:
 
     def tick(self) -> TickResult:
         assert self.conn is not None
-        result = run_once(
-            self.conn, batch_size=self.settings.batch_size, catchup_limit=self.settings.catchup_limit
-        )
+        with telemetry.tick_span() as span:
+            result = run_once(
+                self.conn,
+                batch_size=self.settings.batch_size,
+                catchup_limit=self.settings.catchup_limit,
+                trace_ids=span.ids,
+            )
+            span.done(result.schedules, result.created, result.skipped)
         self.ticks += 1
         if result.created or result.skipped:
             logs.event(

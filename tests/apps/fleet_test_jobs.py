@@ -55,3 +55,14 @@ def flaky(ctx: JobContext) -> None:
     if ctx.attempt <= int(ctx.args.get("fail_times", 1)):
         raise RuntimeError(f"flaky failure on attempt {ctx.attempt}")
     _record("done", ctx)
+
+
+@fleet.job("traced")
+def traced(ctx: JobContext) -> None:
+    """Annotates its attempt's span and makes a child span, through the plain OpenTelemetry API."""
+    from opentelemetry import trace
+
+    trace.get_current_span().set_attribute("app.note", "set by the handler")
+    with trace.get_tracer("fleet-test-jobs").start_as_current_span("render report") as span:
+        span.set_attribute("app.pages", 3)
+    _record("done", ctx)
