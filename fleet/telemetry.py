@@ -75,14 +75,23 @@ class TracingConfig:
 def tracing_config(environ: Mapping[str, str]) -> TracingConfig | None:
     """Read the standard variables; None when tracing is off. ValueError names an unusable value.
 
-    Off: OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none. The exporter is OTLP over
+    On when an OTLP endpoint is set (OTEL_EXPORTER_OTLP_ENDPOINT or
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) or OTEL_TRACES_EXPORTER names an exporter; a process with
+    no collector configured sends nothing anywhere. Off: OTEL_SDK_DISABLED=true or
+    OTEL_TRACES_EXPORTER=none. The exporter is OTLP over
     HTTP/protobuf (the only protocol supported here); OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is used as
     given, OTEL_EXPORTER_OTLP_ENDPOINT gets `/v1/traces` appended. Timeouts are in seconds, as the
     Python exporter reads them.
     """
     if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None
-    requested = environ.get("OTEL_TRACES_EXPORTER", "otlp")
+    configured = any(
+        environ.get(v, "").strip()
+        for v in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    )
+    if not configured:
+        return None
+    requested = environ.get("OTEL_TRACES_EXPORTER", "").strip() or "otlp"
     names = tuple(n.strip().lower() for n in requested.split(",") if n.strip())
     if not names or "none" in names:
         return None
@@ -159,6 +168,8 @@ def configure(
     global _state
     if _state is not None:
         return True
+    if exporter is not None:  # an exporter handed in turns tracing on, unless switched off
+        environ = {"OTEL_TRACES_EXPORTER": "otlp", **environ}
     try:
         cfg = tracing_config(environ)
     except ValueError as e:

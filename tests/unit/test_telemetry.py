@@ -80,11 +80,17 @@ def test_tracing_is_off_by_the_standard_switches() -> None:
     assert telemetry.tracing_config({"OTEL_TRACES_EXPORTER": " None "}) is None
     assert telemetry.tracing_config({"OTEL_SDK_DISABLED": "true"}) is None
     assert telemetry.tracing_config({"OTEL_SDK_DISABLED": "TRUE", "OTEL_TRACES_EXPORTER": "otlp"}) is None
-    assert telemetry.tracing_config({"OTEL_SDK_DISABLED": "false"}) is not None
+    assert telemetry.tracing_config({"OTEL_SDK_DISABLED": "false", "OTEL_TRACES_EXPORTER": "otlp"}) is not None
+
+
+def test_tracing_is_off_when_no_collector_is_configured() -> None:
+    assert telemetry.tracing_config({}) is None
+    assert telemetry.tracing_config({"OTEL_SERVICE_NAME": "x"}) is None
+    assert telemetry.tracing_config({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}) is not None
 
 
 def test_tracing_defaults_to_otlp_over_http_with_a_short_timeout() -> None:
-    cfg = telemetry.tracing_config({})
+    cfg = telemetry.tracing_config({"OTEL_TRACES_EXPORTER": "otlp"})
     assert cfg is not None
     assert cfg.exporters == ("otlp",)
     assert cfg.endpoint == "http://localhost:4318/v1/traces"
@@ -124,10 +130,13 @@ def test_endpoints_timeouts_and_service_name_follow_the_spec() -> None:
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
-        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL"),
-        ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"}, "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        (
+            {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"},
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ),
         ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER"),
-        ({"OTEL_EXPORTER_OTLP_TIMEOUT": "soon"}, "OTEL_EXPORTER_OTLP_TIMEOUT"),
+        ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TIMEOUT": "soon"}, "OTEL_EXPORTER_OTLP_TIMEOUT"),
     ],
 )
 def test_unusable_values_are_named(environ: dict[str, str], message: str) -> None:
