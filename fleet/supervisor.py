@@ -20,8 +20,8 @@ SPARE_PROGRAM = "fleet-worker-spare"
 WORKER_GROUP = "fleet-workers"
 DEFAULT_MAX_WORKERS = 16
 
-# After its grace period a worker hands its runs back (up to 5 s for cancelled handlers to stop) and
-# flushes its traces (the OTLP exporter's 10 s timeout); supervisord's SIGKILL must come after that.
+# After its grace period a worker hands its runs back (waiting up to 5 s for cancelled handlers to
+# stop) and flushes its last spans (a few seconds at most); supervisord's SIGKILL must come later.
 STOP_MARGIN_S = 15
 TICKER_STOPWAIT_S = 10  # a ticker stops at the end of its current batch
 
@@ -49,7 +49,8 @@ class SupervisorOptions:
     apps: tuple[str, ...] = ()
     jobs_file: str | None = None
     env_file: str | None = "/etc/fleet/fleet.env"  # None: processes get supervisord's environment only
-    logs_dir: str | None = None  # None: everything to supervisord's stdout (journald, containers)
+    logs_dir: str | None = None  # rotated files here; None: supervisord's stdout (or syslog)
+    syslog: bool = False  # programs log to syslog: journald when supervisord runs under systemd
     socket: str = "/run/fleet/supervisor.sock"
     pidfile: str = "/run/fleet/supervisord.pid"
     user: str | None = None  # children drop to this user (when supervisord runs as root)
@@ -81,6 +82,8 @@ def validate(o: SupervisorOptions) -> None:
         raise ConfigError("--app: give at least one module that registers jobs (or --jobs FILE)")
     if o.grace_s < 0:
         raise ConfigError("--grace: must not be negative")
+    if o.syslog and o.logs_dir:
+        raise ConfigError("--syslog: give either --syslog or --logs DIR")
     if len(o.socket) > 100:
         raise ConfigError(f"socket path too long for a unix socket ({len(o.socket)} > 100 bytes): {o.socket}")
     texts = [o.bin_dir, o.directory, *o.apps, o.jobs_file or "", o.env_file or "", o.logs_dir or "", o.socket,
@@ -110,8 +113,11 @@ def _command(o: SupervisorOptions, exe: str, args: list[str], expanded_id: str) 
 
 
 def _logging(o: SupervisorOptions, stem: str) -> list[str]:
+    if o.syslog:
+        # Under systemd supervisord's stdout is a socket, which supervisord cannot open as a file.
+        return ["redirect_stderr=true", "stdout_logfile=NONE", "stdout_syslog=true"]
     if o.logs_dir is None:
-        # /dev/stdout cannot be rotated; supervisord's stdout must be a pipe (journald, docker).
+        # /dev/stdout cannot be rotated, and supervisord's stdout must be a pipe (docker, `| cat`).
         return ["redirect_stderr=true", "stdout_logfile=/dev/stdout", "stdout_logfile_maxbytes=0"]
     return [
         "redirect_stderr=true",
@@ -163,6 +169,7 @@ def render(o: SupervisorOptions) -> str:
             f"pidfile={_lit(o.pidfile)}",
         ]
         if o.logs_dir is None:
+            # In the foreground and not silent, supervisord writes its own lines to its stdout.
             out += ["logfile=/dev/null", "logfile_maxbytes=0", "silent=false"]
         else:
             out += [f"logfile={_lit(o.logs_dir)}/supervisord.log", "logfile_maxbytes=50MB",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import http.client
 import time
 import xmlrpc.client
 from dataclasses import dataclass, field
@@ -67,20 +68,22 @@ class Supervisor:
     """A client of one supervisord, over `unix:///path` (or `http://host:port`) XML-RPC."""
 
     def __init__(self, serverurl: str) -> None:
-        from supervisor.xmlrpc import SupervisorTransport
-
         self.serverurl = serverurl
-        self.proxy: Any = xmlrpc.client.ServerProxy(
-            "http://127.0.0.1", transport=SupervisorTransport(None, None, serverurl)
-        )
 
     def _call(self, method: str, *args: Any) -> Any:
+        from supervisor.xmlrpc import SupervisorTransport
+
+        # A fresh connection per call: the transport's cached one is unusable after a failed request.
+        transport = SupervisorTransport(None, None, self.serverurl)
+        proxy: Any = xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
         try:
-            return getattr(self.proxy.supervisor, method)(*args)
+            return getattr(proxy.supervisor, method)(*args)
         except xmlrpc.client.Fault:
             raise
-        except (OSError, xmlrpc.client.ProtocolError) as e:
+        except (OSError, xmlrpc.client.ProtocolError, http.client.HTTPException) as e:
             raise SupervisorUnavailable(f"supervisord at {self.serverurl} does not answer: {e}") from None
+        finally:
+            transport.close()
 
     def pid(self) -> int:
         return int(self._call("getPID"))
@@ -133,7 +136,8 @@ def scale_workers(sv: Supervisor, n: int, timeout_s: float) -> ScaleResult:
     changing = set(result.started) | set(result.stopped)
     while True:
         states = {p.name: p.state for p in sv.workers()}
-        done = {name for name in changing if (states[name] == "RUNNING" if name in wanted else states[name] in _STOPPED)}
+        done = {name for name in changing
+                if (states[name] == "RUNNING" if name in wanted else states[name] in _STOPPED)}
         given_up = {name for name in changing if name in wanted and states[name] == "FATAL"}
         if done | given_up == changing or time.monotonic() > end:
             break

@@ -1,0 +1,247 @@
+-- Statements of the operator's tool (fleetctl): health, history, repair, pruning, metrics.
+
+-- name: schedule_health
+-- Per schedule, the numbers its health verdict is made of. Every lookup goes through an index:
+-- the newest success and the newest finished run walk the primary key backwards, dead runs use
+-- job_runs_dead and open runs job_runs_open, so millions of finished rows cost nothing here.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+served AS (
+    SELECT coalesce(array_agg(DISTINCT j.job), '{}'::text[]) AS jobs
+    FROM fleet_processes p
+    CROSS JOIN t
+    CROSS JOIN LATERAL unnest(p.jobs) AS j(job)
+    WHERE p.kind = 'worker' AND p.seen_at > t.now - make_interval(secs => %(stale_s)s)
+)
+SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing, s.job, s.overlap,
+       s.enabled, s.paused_at, s.next_run_at, s.created_at, s.updated_at, t.now AS db_now,
+       s.job = ANY(sv.jobs) AS job_served,
+       ls.finished_at AS last_success_at,
+       lf.scheduled_for AS last_slot, lf.status::text AS last_status, lf.last_outcome AS last_outcome,
+       lf.finished_at AS last_finished_at, lf.last_error AS last_error,
+       d.n AS dead_runs,
+       o.pending, o.running, o.due, o.oldest_due, o.unserved
+FROM schedules s
+CROSS JOIN t
+CROSS JOIN served sv
+LEFT JOIN LATERAL (
+    SELECT r.finished_at FROM job_runs r
+    WHERE r.schedule_name = s.name AND r.status = 'done'
+    ORDER BY r.scheduled_for DESC LIMIT 1
+) ls ON true
+LEFT JOIN LATERAL (
+    SELECT r.scheduled_for, r.status, r.last_outcome, r.finished_at, r.last_error FROM job_runs r
+    WHERE r.schedule_name = s.name AND r.status IN ('done', 'dead', 'skipped')
+    ORDER BY r.scheduled_for DESC LIMIT 1
+) lf ON true
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM job_runs r WHERE r.schedule_name = s.name AND r.status = 'dead'
+) d
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE r.status = 'pending') AS pending,
+           count(*) FILTER (WHERE r.status = 'running') AS running,
+           count(*) FILTER (WHERE r.status = 'pending' AND r.run_after <= t.now) AS due,
+           min(r.run_after) FILTER (WHERE r.status = 'pending' AND r.run_after <= t.now) AS oldest_due,
+           -- open runs no live worker can take: pending, or running under a lease that ran out
+           count(*) FILTER (WHERE (r.status = 'pending' OR r.locked_until < t.now)
+                              AND NOT (r.job = ANY(sv.jobs))) AS unserved
+    FROM job_runs r
+    WHERE r.schedule_name = s.name AND r.status IN ('pending', 'running')
+) o
+WHERE %(names)s::text[] IS NULL OR s.name = ANY(%(names)s::text[])
+ORDER BY s.name
+
+-- name: schedule_names
+SELECT name FROM schedules WHERE name = ANY(%(names)s::text[])
+
+-- name: schedule_get
+SELECT s.*, t.now AS db_now
+FROM schedules s, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
+WHERE s.name = %(name)s
+
+-- name: schedule_lock
+SELECT s.*, t.now AS db_now
+FROM schedules s, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
+WHERE s.name = %(name)s
+FOR UPDATE OF s
+
+-- name: schedule_pause
+UPDATE schedules
+SET paused_at = coalesce(%(now)s::timestamptz, now()), updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s AND paused_at IS NULL
+RETURNING paused_at
+
+-- name: schedule_resume
+-- The next slot is planned from now by the caller: the paused stretch is not caught up.
+UPDATE schedules
+SET paused_at = NULL, next_run_at = %(next_run_at)s, updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s AND paused_at IS NOT NULL
+RETURNING next_run_at
+
+-- name: run_list
+SELECT r.*, r.status::text AS status
+FROM job_runs r
+WHERE r.schedule_name = %(name)s
+  AND (%(status)s::fleet_run_status IS NULL OR r.status = %(status)s::fleet_run_status)
+  AND (%(outcome)s::text IS NULL OR r.last_outcome = %(outcome)s)
+ORDER BY r.scheduled_for DESC
+LIMIT %(limit)s
+
+-- name: run_get
+SELECT r.*, r.status::text AS status FROM job_runs r
+WHERE r.schedule_name = %(name)s AND r.scheduled_for = %(slot)s
+
+-- name: attempt_list
+SELECT a.* FROM job_attempts a
+WHERE a.schedule_name = %(name)s AND a.scheduled_for = %(slot)s
+ORDER BY a.attempt
+
+-- name: process_list
+-- Live tickers and workers (seen within the staleness limit), with what each is running now.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT p.id, p.kind, p.host, p.pid, p.jobs, p.started_at, p.seen_at,
+       extract(epoch FROM t.now - p.seen_at)::float8 AS seen_s_ago,
+       (SELECT count(*) FROM job_runs r WHERE r.status = 'running' AND r.locked_by = p.id) AS running
+FROM fleet_processes p, t
+WHERE p.seen_at > t.now - make_interval(secs => %(stale_s)s)
+ORDER BY p.kind, p.id
+
+-- name: run_retry
+-- Dead runs (one slot, or every dead run of the schedule) become pending and due now, with a fresh
+-- retry budget. `attempts` keeps growing (it is the fencing token) and the attempt history stays.
+-- A gate still held by a retried slot is released: the run takes it again when it is claimed.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+retried AS (
+    UPDATE job_runs r
+    SET status = 'pending', run_after = t.now, failures = 0, finished_at = NULL,
+        locked_by = NULL, locked_until = NULL,
+        last_outcome = CASE WHEN r.last_outcome = 'discarded' THEN 'dead' ELSE r.last_outcome END
+    FROM t
+    WHERE r.schedule_name = %(name)s
+      AND (%(slot)s::timestamptz IS NULL OR r.scheduled_for = %(slot)s::timestamptz)
+      AND (r.status = 'dead'
+           OR (%(slot)s::timestamptz IS NOT NULL AND r.status = 'skipped' AND r.last_outcome = 'discarded'))
+    RETURNING r.schedule_name, r.scheduled_for
+),
+ungate AS (
+    UPDATE schedules s SET running_slot = NULL
+    FROM retried x
+    WHERE s.name = x.schedule_name AND s.running_slot = x.scheduled_for
+)
+SELECT scheduled_for FROM retried ORDER BY scheduled_for
+
+-- name: run_discard
+-- A dead run acknowledged by an operator becomes 'skipped' with last_outcome 'discarded': it no
+-- longer counts as dead, `fleetctl prune` may delete it, its attempts stay until then, and
+-- `fleetctl retry` can still bring it back. A gate the slot still holds is released.
+WITH discarded AS (
+    UPDATE job_runs r
+    SET status = 'skipped', last_outcome = 'discarded',
+        last_error = left('discarded by an operator; the run was dead: ' || coalesce(r.last_error, '?'), 4000)
+    WHERE r.schedule_name = %(name)s
+      AND (%(slot)s::timestamptz IS NULL OR r.scheduled_for = %(slot)s::timestamptz)
+      AND r.status = 'dead'
+    RETURNING r.schedule_name, r.scheduled_for
+),
+ungate AS (
+    UPDATE schedules s SET running_slot = NULL
+    FROM discarded x
+    WHERE s.name = x.schedule_name AND s.running_slot = x.scheduled_for
+)
+SELECT scheduled_for FROM discarded ORDER BY scheduled_for
+
+-- name: run_trigger
+-- A run of the schedule now, as its own slot: the database's now() truncated to the second, so a
+-- second call within the same second finds the slot taken. Under overlap 'skip' the run queues
+-- instead (an operator's run is never dropped for overlap).
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+ins AS (
+    INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, origin, run_after)
+    SELECT s.name, date_trunc('second', t.now), s.job, s.args,
+           CASE WHEN s.overlap = 'skip' THEN 'queue' ELSE s.overlap END, 'trigger', t.now
+    FROM schedules s, t
+    WHERE s.name = %(name)s
+    ON CONFLICT DO NOTHING
+    RETURNING scheduled_for
+)
+SELECT date_trunc('second', t.now) AS slot, (SELECT count(*) FROM ins) AS created FROM t
+
+-- name: slot_backfill
+-- Past slots that have no row yet, created pending and due now (origin 'backfill'). Under overlap
+-- 'skip' they queue, so they run one after the other instead of being skipped.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, origin, run_after)
+SELECT s.name, v.slot, s.job, s.args, CASE WHEN s.overlap = 'skip' THEN 'queue' ELSE s.overlap END,
+       'backfill', t.now
+FROM schedules s, t, unnest(%(slots)s::timestamptz[]) AS v(slot)
+WHERE s.name = %(name)s
+ON CONFLICT DO NOTHING
+RETURNING scheduled_for
+
+-- name: run_prune_keep
+-- What pruning never deletes: per schedule, the newest successful run and the newest finished run,
+-- which the health numbers are computed from.
+SELECT s.name, d.scheduled_for AS done_slot, f.scheduled_for AS finished_slot
+FROM schedules s
+LEFT JOIN LATERAL (
+    SELECT r.scheduled_for FROM job_runs r
+    WHERE r.schedule_name = s.name AND r.status = 'done'
+    ORDER BY r.scheduled_for DESC LIMIT 1
+) d ON true
+LEFT JOIN LATERAL (
+    SELECT r.scheduled_for FROM job_runs r
+    WHERE r.schedule_name = s.name AND r.status IN ('done', 'dead', 'skipped')
+    ORDER BY r.scheduled_for DESC LIMIT 1
+) f ON true
+WHERE %(schedule)s::text IS NULL OR s.name = %(schedule)s
+
+-- name: run_prune
+-- One batch: finished runs (done, skipped, discarded; never an unacknowledged dead run) that
+-- finished before the cutoff, oldest first from `after` on, with their attempts. Rows another
+-- transaction holds are skipped, never waited for.
+WITH keep AS (
+    SELECT * FROM unnest(%(keep_names)s::text[], %(keep_slots)s::timestamptz[]) AS k(name, slot)
+),
+batch AS (
+    SELECT r.schedule_name, r.scheduled_for, r.finished_at
+    FROM job_runs r
+    WHERE r.status IN ('done', 'dead', 'skipped') AND r.status <> 'dead'
+      AND r.finished_at < %(cutoff)s AND r.finished_at >= %(after)s
+      AND (%(schedule)s::text IS NULL OR r.schedule_name = %(schedule)s)
+      AND (r.schedule_name, r.scheduled_for) NOT IN (SELECT name, slot FROM keep)
+    ORDER BY r.finished_at
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+),
+attempts AS (
+    DELETE FROM job_attempts a
+    USING batch b
+    WHERE a.schedule_name = b.schedule_name AND a.scheduled_for = b.scheduled_for
+    RETURNING 1
+),
+runs AS (
+    DELETE FROM job_runs r
+    USING batch b
+    WHERE r.schedule_name = b.schedule_name AND r.scheduled_for = b.scheduled_for
+    RETURNING b.finished_at
+)
+SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM attempts) AS attempts,
+       (SELECT max(finished_at) FROM runs) AS last_finished_at
+
+-- name: run_finished_between
+-- Runs that finished in (since, until], for the exporter's counters: their status, the claim
+-- latency of their last attempt (start minus the moment it became due), the start lag of their
+-- first attempt (start minus slot time) and the outcome of each attempt.
+SELECT r.schedule_name, r.status::text AS status, r.origin,
+       extract(epoch FROM r.started_at - r.run_after)::float8 AS claim_latency_s,
+       extract(epoch FROM coalesce(a1.started_at, CASE WHEN r.attempts = 1 THEN r.started_at END)
+                          - r.scheduled_for)::float8 AS start_lag_s,
+       coalesce(h.outcomes, '{}'::text[]) AS outcomes
+FROM job_runs r
+LEFT JOIN job_attempts a1
+       ON a1.schedule_name = r.schedule_name AND a1.scheduled_for = r.scheduled_for AND a1.attempt = 1
+LEFT JOIN LATERAL (
+    SELECT array_agg(coalesce(a.outcome, 'unknown')) AS outcomes FROM job_attempts a
+    WHERE a.schedule_name = r.schedule_name AND a.scheduled_for = r.scheduled_for
+) h ON true
+WHERE r.status IN ('done', 'dead', 'skipped')
+  AND r.finished_at > %(since)s AND r.finished_at <= %(until)s

@@ -1,0 +1,326 @@
+"""`fleetctl status | runs | show | workers`: what the fleet is doing and how healthy each schedule is."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+import psycopg
+
+from fleet.queries import q
+from fleet.registry import STALE_AFTER_S
+from fleet.schedule import TimingError, nominal_interval
+from ops import health
+from ops.cli import UsageError, db
+from ops.targets import iso, parse_instant, require_schedules, run_row, timing_of
+
+RUN_STATUSES = ("pending", "running", "done", "dead", "skipped", "discarded")
+SLOT_HELP = "the slot, ISO-8601 (e.g. 2026-11-02T10:00:00Z; no offset: UTC)"
+DEFAULT_RUNS_LIMIT = 20
+
+
+@dataclass
+class ScheduleHealth:
+    """One schedule's health as `fleetctl status --json` prints it (durations in seconds)."""
+
+    name: str
+    verdict: health.Verdict
+    healthy: bool
+    problems: list[health.Verdict]
+    since_last_success_s: float | None  # None: no success on record
+    # since the last success, or since the schedule was created, changed or resumed if later;
+    # LATE when above two intervals
+    quiet_s: float
+    dead_runs: int
+    oldest_pending_age_s: float | None  # oldest due pending run; None: none is waiting
+    next_run_at: str | None
+    last_outcome: str | None  # of the newest finished run
+    last_run_at: str | None  # that run's slot
+    last_success_at: str | None
+    last_error: str | None
+    interval_s: float | None
+    pending_runs: int  # due and waiting for a worker
+    waiting_runs: int  # pending but not due yet (retry back-off)
+    running_runs: int
+    unserved_runs: int
+    job: str
+    job_served: bool  # some live worker has registered the job
+    paused: bool
+    enabled: bool
+    numbers: health.Health = field(repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        del d["numbers"]
+        return d
+
+
+def _seconds(a: datetime, b: datetime | None) -> float | None:
+    return None if b is None else round((a - b).total_seconds(), 3)
+
+
+def health_of(row: dict[str, Any]) -> ScheduleHealth:
+    """Turn a `schedule_health` row into its numbers and verdict."""
+    now: datetime = row["db_now"]
+    try:
+        interval_s: float | None = nominal_interval(timing_of(row), now).total_seconds()
+    except TimingError:
+        interval_s = None
+    quiet_from = max(t for t in (row["last_success_at"], row["updated_at"], row["start_at"]) if t is not None)
+    numbers = health.Health(
+        interval_s=interval_s,
+        quiet_s=max(0.0, (now - quiet_from).total_seconds()),
+        dead_runs=row["dead_runs"],
+        oldest_pending_age_s=_seconds(now, row["oldest_due"]),
+        unserved_runs=row["unserved"],
+        paused=row["paused_at"] is not None,
+        enabled=row["enabled"],
+    )
+    found = health.problems(numbers)
+    verdict = found[0] if found else "OK"
+    last_outcome = row["last_outcome"] or row["last_status"]
+    return ScheduleHealth(
+        name=row["name"], verdict=verdict, healthy=health.is_healthy(verdict), problems=found,
+        since_last_success_s=_seconds(now, row["last_success_at"]), quiet_s=round(numbers.quiet_s, 3),
+        dead_runs=row["dead_runs"],
+        oldest_pending_age_s=numbers.oldest_pending_age_s, next_run_at=iso(row["next_run_at"]),
+        last_outcome=last_outcome, last_run_at=iso(row["last_slot"]),
+        last_success_at=iso(row["last_success_at"]),
+        last_error=row["last_error"] if row["last_status"] != "done" else None, interval_s=interval_s,
+        pending_runs=row["due"], waiting_runs=row["pending"] - row["due"], running_runs=row["running"],
+        unserved_runs=row["unserved"], job=row["job"], job_served=bool(row["job_served"]),
+        paused=numbers.paused, enabled=row["enabled"], numbers=numbers,
+    )
+
+
+def schedule_health(
+    conn: psycopg.Connection[Any], names: Sequence[str] | None = None, now: datetime | None = None
+) -> list[ScheduleHealth]:
+    """Health of the named schedules (all when `names` is None), by name; unknown names raise UsageError."""
+    if names:
+        require_schedules(conn, list(names))
+    rows = conn.execute(
+        q("schedule_health"), {"now": now, "names": list(names) if names else None, "stale_s": STALE_AFTER_S}
+    ).fetchall()
+    return [health_of(r) for r in rows]
+
+
+# -- output --------------------------------------------------------------------------------------
+
+
+def human(seconds: float | None) -> str:
+    """A duration for people: ``850ms``, ``42s``, ``3m05s``, ``2h10m``, ``3d04h``; ``-`` for none."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Left-aligned columns separated by two spaces; None prints as ``-``."""
+    cells = [list(header)] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+
+
+def moment(text: str | None) -> str | None:
+    """An ISO instant cut to milliseconds, for tables (slots are always printed in full)."""
+    if text is None or "." not in text:
+        return text
+    head, _, tail = text.partition(".")
+    return f"{head}.{tail[:3]}Z"
+
+
+def print_json(value: Any) -> None:
+    print(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_UTC_Z).decode())
+
+
+def _first_line(text: str | None, width: int = 100) -> str | None:
+    if not text:
+        return None
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with db(args) as conn:
+        found = schedule_health(conn, args.schedules or None)
+    if args.json:
+        print_json([h.to_json() for h in found])
+    elif not found:
+        print("no schedules")
+    else:
+        print(table(
+            ["SCHEDULE", "VERDICT", "LAST SUCCESS", "DEAD", "OLDEST PENDING", "NEXT SLOT", "LAST OUTCOME",
+             "INTERVAL"],
+            [
+                [
+                    h.name, h.verdict,
+                    f"{human(h.since_last_success_s)} ago" if h.since_last_success_s is not None else "never",
+                    h.dead_runs, human(h.oldest_pending_age_s), h.next_run_at, h.last_outcome,
+                    human(h.interval_s),
+                ]
+                for h in found
+            ],
+        ))
+    return 0 if all(h.healthy for h in found) else 1
+
+
+def _run_json(r: dict[str, Any]) -> dict[str, Any]:
+    status = "discarded" if r["status"] == "skipped" and r["last_outcome"] == "discarded" else r["status"]
+    return {
+        "schedule": r["schedule_name"], "slot": iso(r["scheduled_for"]), "status": status,
+        "origin": r["origin"], "job": r["job"], "args": r["args"], "attempts": r["attempts"],
+        "failures": r["failures"], "run_after": iso(r["run_after"]), "started_at": iso(r["started_at"]),
+        "finished_at": iso(r["finished_at"]), "locked_by": r["locked_by"],
+        "locked_until": iso(r["locked_until"]), "last_outcome": r["last_outcome"],
+        "last_error": r["last_error"], "trace_id": r["trace_id"], "created_trace_id": r["created_trace_id"],
+    }
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise UsageError(f"--limit: must be at least 1, got {args.limit}")
+    status, outcome = (("skipped", "discarded") if args.status == "discarded" else (args.status, None))
+    with db(args) as conn:
+        require_schedules(conn, [args.schedule])
+        rows = conn.execute(
+            q("run_list"), {"name": args.schedule, "status": status, "outcome": outcome, "limit": args.limit}
+        ).fetchall()
+    runs = [_run_json(r) for r in rows]
+    if args.json:
+        print_json(runs)
+    elif not runs:
+        print(f"no runs of {args.schedule}" + (f" with status {args.status}" if args.status else ""))
+    else:
+        print(table(
+            ["SLOT", "STATUS", "ORIGIN", "ATTEMPTS", "STARTED", "FINISHED", "OUTCOME", "ERROR"],
+            [[r["slot"], r["status"], r["origin"], r["attempts"], moment(r["started_at"]),
+              moment(r["finished_at"]), r["last_outcome"], _first_line(r["last_error"], 60)] for r in runs],
+        ))
+    return 0
+
+
+def slot_history(conn: psycopg.Connection[Any], schedule: str, slot: datetime) -> dict[str, Any]:
+    """The run at `slot` and every attempt of it, the one in flight included."""
+    run = run_row(conn, schedule, slot)
+    attempts = [
+        {
+            "attempt": a["attempt"], "worker_id": a["worker_id"], "host": a["host"], "pid": a["pid"],
+            "started_at": iso(a["started_at"]), "finished_at": iso(a["finished_at"]), "outcome": a["outcome"],
+            "error": a["error"], "trace_id": a["trace_id"], "span_id": a["span_id"],
+        }
+        for a in conn.execute(q("attempt_list"), {"name": schedule, "slot": slot})
+    ]
+    if run["status"] == "running" and all(a["attempt"] != run["attempts"] for a in attempts):
+        # the current attempt is recorded in the run row until it ends
+        attempts.append({
+            "attempt": run["attempts"], "worker_id": run["locked_by"], "host": run.get("locked_host"),
+            "pid": run.get("locked_pid"), "started_at": iso(run["started_at"]), "finished_at": None,
+            "outcome": "running", "error": None, "trace_id": run["trace_id"], "span_id": run["span_id"],
+        })
+    return {**_run_json(run), "attempt_history": attempts}
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    slot = parse_instant(args.slot, "SLOT")
+    with db(args) as conn:
+        h = slot_history(conn, args.schedule, slot)
+    if args.json:
+        print_json(h)
+        return 0
+    print(f"{h['schedule']} @ {h['slot']}: {h['status']} (origin {h['origin']}, job {h['job']}, "
+          f"{h['attempts']} attempt(s), {h['failures']} counted as failures)")
+    if h["status"] == "pending":
+        print(f"due at {h['run_after']}")
+    if h["last_error"]:
+        print(f"last error: {h['last_error'].strip()}")
+    if h["created_trace_id"]:
+        print(f"created by trace {h['created_trace_id']}")
+    if not h["attempt_history"]:
+        print("no attempt yet")
+        return 0
+    print(table(
+        ["ATTEMPT", "WORKER", "HOST", "PID", "STARTED", "ENDED", "OUTCOME", "TRACE", "ERROR"],
+        [[a["attempt"], a["worker_id"], a["host"], a["pid"], moment(a["started_at"]),
+          moment(a["finished_at"]), a["outcome"], a["trace_id"], _first_line(a["error"])]
+         for a in h["attempt_history"]],
+    ))
+    return 0
+
+
+def live_processes(conn: psycopg.Connection[Any], now: datetime | None = None) -> list[dict[str, Any]]:
+    """Tickers and workers seen within STALE_AFTER_S, with the runs each holds now."""
+    return [
+        {
+            "id": p["id"], "kind": p["kind"], "host": p["host"], "pid": p["pid"], "jobs": list(p["jobs"]),
+            "running": p["running"], "started_at": iso(p["started_at"]), "last_seen_at": iso(p["seen_at"]),
+            "last_seen_s_ago": round(p["seen_s_ago"], 3),
+        }
+        for p in conn.execute(q("process_list"), {"now": now, "stale_s": STALE_AFTER_S})
+    ]
+
+
+def cmd_workers(args: argparse.Namespace) -> int:
+    with db(args) as conn:
+        procs = live_processes(conn)
+    if args.json:
+        print_json(procs)
+    elif not procs:
+        print(f"no live ticker or worker (none seen in the last {STALE_AFTER_S}s)")
+    else:
+        print(table(
+            ["ID", "KIND", "HOST", "PID", "RUNNING", "LAST SEEN", "STARTED", "JOBS"],
+            [[p["id"], p["kind"], p["host"], p["pid"], p["running"], f"{human(p['last_seen_s_ago'])} ago",
+              moment(p["started_at"]), ",".join(p["jobs"]) or "-"] for p in procs],
+        ))
+    return 0
+
+
+def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    p = sub.add_parser(
+        "status",
+        help="health of each schedule; exit 1 when any is unhealthy (a monitoring check)",
+        description=(
+            "Per schedule: time since the last success, dead runs, age of the oldest due pending run, the "
+            "next slot, the last outcome and a verdict: DEAD (dead runs waiting for retry or discard), "
+            "NO-WORKER (runs whose job no live worker registered), BACKLOG (a due run waiting longer than "
+            "one interval), LATE (no success for more than two intervals of the schedule's own cadence), "
+            "PAUSED, DISABLED or OK. Exit code: 0 all healthy (OK, PAUSED, DISABLED), 1 any unhealthy, "
+            "2 bad input such as an unknown schedule."
+        ),
+    )
+    p.add_argument("schedules", nargs="*", metavar="SCHEDULE", help="only these schedules (default: all)")
+    p.add_argument("--json", action="store_true", help="a JSON list, durations in seconds")
+
+    p = sub.add_parser("runs", help="a schedule's runs, newest slot first")
+    p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument("--status", choices=RUN_STATUSES, help="only runs with this status")
+    p.add_argument(
+        "--limit", type=int, default=DEFAULT_RUNS_LIMIT, help=f"at most N runs ({DEFAULT_RUNS_LIMIT})"
+    )
+    p.add_argument("--json", action="store_true", help="a JSON list")
+
+    p = sub.add_parser("show", help="one slot's whole history, attempt by attempt")
+    p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument("slot", metavar="SLOT", help=SLOT_HELP)
+    p.add_argument("--json", action="store_true", help="JSON")
+
+    p = sub.add_parser("workers", help=f"live tickers and workers (seen in the last {STALE_AFTER_S}s)")
+    p.add_argument("--json", action="store_true", help="a JSON list")
+    return {"status": cmd_status, "runs": cmd_runs, "show": cmd_show, "workers": cmd_workers}

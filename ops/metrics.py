@@ -1,0 +1,291 @@
+"""`fleetctl metrics`: health numbers and counters in the Prometheus text format, from the database.
+
+Workers are many processes on many hosts; the database is the one place that knows everything, so
+one collector computes every metric from it at scrape time. Gauges are read as they are now. The
+counters and histograms belong to this exporter process, like any Prometheus counter: they start
+at zero when it starts and grow by the runs that finished since the previous scrape (read through
+the index on `finished_at`), so `fleetctl prune` deleting rows never makes them go down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import psycopg
+from prometheus_client import start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from fleet import logs
+from fleet.db import connect, redact, resolve_url
+from fleet.errors import DatabaseUnavailable
+from fleet.queries import q
+from ops import health
+from ops.cli import UsageError
+from ops.inspect import live_processes, schedule_health
+
+DEFAULT_LISTEN = "127.0.0.1:9464"
+# A run is counted once its finish is this old: a finish stamped with its transaction's start time
+# commits a moment later, and must not fall behind a window already read.
+SETTLE_S: Final = 2.0
+LATENCY_BUCKETS: Final = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+)
+LAG_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+FINISHED_STATUSES: Final = ("done", "dead", "skipped")
+_STATEMENT_TIMEOUT_MS: Final = 10_000
+_UP_HELP: Final = "1 when this scrape could read the database"
+
+
+@dataclass
+class Histogram:
+    """Cumulative-bucket histogram state for one label set."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out
+
+
+class FleetCollector(Collector):
+    """Everything `fleetctl metrics` exports, computed from the database on each scrape."""
+
+    def __init__(self, url: str, settle_s: float = SETTLE_S) -> None:
+        self.url = url
+        self.settle = timedelta(seconds=settle_s)
+        self.lock = threading.Lock()
+        self.conn: psycopg.Connection[Any] | None = None
+        self.since: datetime | None = None  # counters hold the runs finished up to here
+        self.runs: Counter[tuple[str, str]] = Counter()
+        self.attempts: Counter[tuple[str, str]] = Counter()
+        self.reclaims: Counter[str] = Counter()
+        self.claim_latency: dict[str, Histogram] = {}
+        self.start_lag: dict[str, Histogram] = {}
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self.conn is None or self.conn.closed:
+            self.conn = connect(self.url, "fleetctl metrics")
+            self.conn.execute(
+                "SELECT set_config('statement_timeout', %s, false)", (str(_STATEMENT_TIMEOUT_MS),)
+            )
+        return self.conn
+
+    def _advance(self, conn: psycopg.Connection[Any]) -> None:
+        """Add the runs that finished since the previous scrape to the counters."""
+        clock = conn.execute(q("schedule_db_now"), {"now": None}).fetchone()
+        assert clock is not None
+        until: datetime = clock["now"] - self.settle
+        if self.since is None:
+            self.since = until  # counting starts with this process
+            return
+        if until <= self.since:
+            return
+        for r in conn.execute(q("run_finished_between"), {"since": self.since, "until": until}):
+            name = r["schedule_name"]
+            self.runs[(name, r["status"])] += 1
+            for outcome in r["outcomes"]:
+                self.attempts[(name, outcome)] += 1
+                if outcome == "lease_expired":
+                    self.reclaims[name] += 1
+            if r["claim_latency_s"] is not None and r["claim_latency_s"] >= 0:
+                self.claim_latency.setdefault(name, Histogram(LATENCY_BUCKETS)).observe(r["claim_latency_s"])
+            if r["start_lag_s"] is not None and r["origin"] != "backfill":
+                self.start_lag.setdefault(name, Histogram(LAG_BUCKETS)).observe(max(0.0, r["start_lag_s"]))
+        self.since = until
+
+    def collect(self) -> Iterator[Metric]:
+        with self.lock:
+            started = time.monotonic()
+            try:
+                conn = self._connection()
+                schedules = schedule_health(conn)
+                processes = live_processes(conn)
+                self._advance(conn)
+            except (psycopg.Error, DatabaseUnavailable) as e:
+                logs.event("metrics_scrape_failed", error=str(e).strip()[:300])
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = None
+                yield GaugeMetricFamily("fleet_database_up", _UP_HELP, 0)
+                return
+            yield GaugeMetricFamily("fleet_database_up", _UP_HELP, 1)
+            yield from self._health(schedules)
+            kinds = Counter(p["kind"] for p in processes)
+            g = GaugeMetricFamily("fleet_processes", "live tickers and workers", labels=["kind"])
+            for kind in ("ticker", "worker"):
+                g.add_metric([kind], kinds[kind])
+            yield g
+            yield from self._counters([s.name for s in schedules])
+            yield GaugeMetricFamily(
+                "fleet_scrape_duration_seconds", "time this scrape spent reading the database",
+                time.monotonic() - started,
+            )
+
+    def _health(self, schedules: list[Any]) -> Iterator[Metric]:
+        def gauge(name: str, doc: str, value: Callable[[Any], float | None]) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(name, doc, labels=["schedule"])
+            for s in schedules:
+                v = value(s)
+                if v is not None:
+                    g.add_metric([s.name], v)
+            return g
+
+        yield gauge("fleet_schedule_healthy", "1 when the verdict is OK, PAUSED or DISABLED",
+                    lambda s: float(s.healthy))
+        verdicts = GaugeMetricFamily(
+            "fleet_schedule_verdict", "1 for the schedule's current verdict, 0 for the others",
+            labels=["schedule", "verdict"],
+        )
+        for s in schedules:
+            for v in health.SEVERITY:
+                verdicts.add_metric([s.name, v], float(s.verdict == v))
+        yield verdicts
+        yield gauge("fleet_schedule_since_last_success_seconds",
+                    "time since the newest successful run finished (absent when none did)",
+                    lambda s: s.since_last_success_s)
+        yield gauge("fleet_schedule_quiet_seconds",
+                    "time since the last success, or since the schedule was created, changed or resumed if "
+                    "later: LATE when above 2 intervals", lambda s: s.quiet_s)
+        yield gauge("fleet_schedule_interval_seconds", "the schedule's own cadence around now",
+                    lambda s: s.interval_s)
+        yield gauge("fleet_schedule_dead_runs", "dead runs waiting for an operator's retry or discard",
+                    lambda s: s.dead_runs)
+        yield gauge("fleet_schedule_oldest_pending_age_seconds",
+                    "how long the oldest due pending run has waited (0 when none waits)",
+                    lambda s: s.oldest_pending_age_s or 0.0)
+        yield gauge("fleet_schedule_pending_runs", "pending runs that are due", lambda s: s.pending_runs)
+        yield gauge("fleet_schedule_running_runs", "runs held by a worker now", lambda s: s.running_runs)
+        yield gauge("fleet_schedule_unserved_runs", "open runs whose job no live worker registered",
+                    lambda s: s.unserved_runs)
+        yield gauge("fleet_schedule_paused", "1 when paused by an operator", lambda s: float(s.paused))
+        yield gauge("fleet_schedule_enabled", "0 once the schedules file no longer has it (apply --prune)",
+                    lambda s: float(s.enabled))
+        yield gauge("fleet_schedule_next_run_timestamp_seconds", "the next slot, Unix time",
+                    lambda s: _timestamp(s.next_run_at))
+
+    def _counters(self, names: list[str]) -> Iterator[Metric]:
+        c = CounterMetricFamily(
+            "fleet_runs_finished", "runs that finished since this exporter started, by status",
+            labels=["schedule", "status"],
+        )
+        for name in names:
+            for status in FINISHED_STATUSES:
+                c.add_metric([name, status], self.runs[(name, status)])
+        yield c
+        c = CounterMetricFamily(
+            "fleet_attempts", "attempts of the runs that finished since this exporter started, by outcome",
+            labels=["schedule", "outcome"],
+        )
+        for (name, outcome), n in sorted(self.attempts.items()):
+            c.add_metric([name, outcome], n)
+        yield c
+        c = CounterMetricFamily(
+            "fleet_reclaims", "attempts whose lease ran out and whose run another worker took over",
+            labels=["schedule"],
+        )
+        for name in names:
+            c.add_metric([name], self.reclaims[name])
+        yield c
+        for metric, doc, hists in (
+            ("fleet_claim_latency_seconds", "from a run becoming due to its last attempt's claim",
+             self.claim_latency),
+            ("fleet_start_lag_seconds",
+             "from the slot time to the first attempt's start (backfills excluded)", self.start_lag),
+        ):
+            h = HistogramMetricFamily(metric, doc, labels=["schedule"])
+            for name, hist in sorted(hists.items()):
+                h.add_metric([name], hist.buckets(), hist.total)
+            yield h
+
+
+def _timestamp(iso_text: str | None) -> float | None:
+    return None if iso_text is None else datetime.fromisoformat(iso_text).timestamp()
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[V6]:PORT``, ``:PORT`` (all interfaces) or ``PORT`` (127.0.0.1)."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host = "127.0.0.1"
+    elif host == "":
+        host = "0.0.0.0"
+    host = host.removeprefix("[").removesuffix("]")
+    try:
+        number = int(port)
+    except ValueError:
+        raise UsageError(f"--listen: expected HOST:PORT, got {text!r}") from None
+    if not 0 <= number <= 65535:
+        raise UsageError(f"--listen: port out of range in {text!r}")
+    return host, number
+
+
+def serve(url: str, host: str, port: int, stop: threading.Event, settle_s: float = SETTLE_S) -> int:
+    """Serve /metrics on host:port until `stop` is set."""
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(url, settle_s))
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as e:
+        raise UsageError(f"--listen: cannot listen on {host}:{port}: {e.strerror}") from None
+    bound = server.server_address[1]
+    logs.event("metrics_started", listen=f"{host}:{bound}", database=redact(url))
+    print(f"serving metrics on http://{host}:{bound}/metrics", flush=True)
+    try:
+        stop.wait()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+        logs.event("metrics_stopped")
+    return 0
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    host, port = parse_listen(args.listen)
+    url = resolve_url(args.database_url or os.environ.get("FLEET_DATABASE_URL") or None)
+    logs.configure(args.log_format or os.environ.get("FLEET_LOG_FORMAT") or "json", process="metrics")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda _s, _f: stop.set())
+    return serve(url, host, port, stop)
+
+
+def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    p = sub.add_parser(
+        "metrics",
+        help="serve Prometheus metrics computed from the database",
+        description="Serves /metrics in the Prometheus text format until stopped: per schedule the health "
+        "numbers (fleet_schedule_*), live processes, and counters of finished runs, attempts, reclaims, "
+        "claim latency and start lag since this exporter started. Run one per fleet.",
+    )
+    p.add_argument(
+        "--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help=f"where to serve ({DEFAULT_LISTEN})"
+    )
+    p.add_argument(
+        "--log-format", choices=("json", "text"), help="json (default) or text [env FLEET_LOG_FORMAT]"
+    )
+    return {"metrics": cmd_metrics}

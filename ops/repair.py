@@ -1,0 +1,378 @@
+"""`fleetctl retry | discard | trigger | pause | resume | backfill | prune`: an operator's repairs.
+
+Each repair is one short statement (or one visible transaction) and is idempotent: running it twice
+changes nothing the second time. Naming an unknown schedule or slot changes nothing and raises
+UsageError (exit 2) with a one-line message naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from fleet.queries import q
+from fleet.schedule import first_slot_at_or_after, slots_between
+from ops.cli import UsageError, db
+from ops.targets import iso, parse_instant, parse_span, run_row, schedule_row, timing_of
+
+# A backfill larger than this is refused: it would flood the workers (narrow the range instead).
+MAX_BACKFILL_SLOTS = 10_000
+# Pruning deletes in batches this large, each its own short transaction, with a short breather
+# between them so that the workers' commits do not queue behind a stream of prune WAL.
+PRUNE_BATCH = 5_000
+PRUNE_PAUSE_S = 0.02
+
+
+def _is_discarded(run: dict[str, Any]) -> bool:
+    return bool(run["status"] == "skipped" and run["last_outcome"] == "discarded")
+
+
+def _wake_workers(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(q("run_notify"))
+
+
+# -- retry and discard ---------------------------------------------------------------------------
+
+
+def run_retry(
+    conn: psycopg.Connection[Any], schedule: str, slot: datetime | None, now: datetime | None = None
+) -> list[datetime]:
+    """Make a dead (or discarded) run pending and due now, or with `slot` None every dead run of the
+    schedule; returns the slots retried. The attempt history is kept and the retry budget starts over.
+
+    A run that is already pending or running retries nothing (a second call is a no-op); a done or
+    skipped run raises UsageError, as do an unknown schedule or slot.
+    """
+    if slot is None:
+        schedule_row(conn, schedule)
+    else:
+        run = run_row(conn, schedule, slot)
+        if run["status"] in ("pending", "running"):
+            return []
+        if run["status"] != "dead" and not _is_discarded(run):
+            raise UsageError(f"{schedule} @ {iso(slot)} is {run['status']}, not dead: nothing to retry")
+    rows = conn.execute(q("run_retry"), {"name": schedule, "slot": slot, "now": now})
+    retried = [r["scheduled_for"] for r in rows]
+    if retried:
+        _wake_workers(conn)
+    return retried
+
+
+def run_discard(conn: psycopg.Connection[Any], schedule: str, slot: datetime | None) -> list[datetime]:
+    """Acknowledge a dead run (or with `slot` None every dead run of the schedule) so that health is
+    OK again; returns the slots discarded.
+
+    A discarded run becomes `skipped` with last_outcome `discarded` (its error and attempts stay; prune
+    may delete it; retry can bring it back). Discarding it again is a no-op; a run that is not dead
+    raises UsageError, as do an unknown schedule or slot.
+    """
+    if slot is None:
+        schedule_row(conn, schedule)
+    else:
+        run = run_row(conn, schedule, slot)
+        if _is_discarded(run):
+            return []
+        if run["status"] != "dead":
+            raise UsageError(f"{schedule} @ {iso(slot)} is {run['status']}, not dead: nothing to discard")
+    return [r["scheduled_for"] for r in conn.execute(q("run_discard"), {"name": schedule, "slot": slot})]
+
+
+# -- trigger, backfill ---------------------------------------------------------------------------
+
+
+def run_trigger(
+    conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None
+) -> tuple[datetime, bool]:
+    """Create a run now, as its own slot (the database's now() to the second, origin 'trigger');
+    returns (slot, created). Within the same second a second call creates nothing."""
+    schedule_row(conn, schedule)
+    row = conn.execute(q("run_trigger"), {"name": schedule, "now": now}).fetchone()
+    assert row is not None
+    if row["created"]:
+        _wake_workers(conn)
+    return row["slot"], bool(row["created"])
+
+
+@dataclass
+class BackfillResult:
+    created: list[datetime]
+    existing: int  # slots in the range that already had a run
+
+
+def slot_backfill(
+    conn: psycopg.Connection[Any], schedule: str, start: datetime, end: datetime, now: datetime | None = None
+) -> BackfillResult:
+    """Create the schedule's slots in [start, end] that have no run yet (origin 'backfill', due now).
+
+    The range must be in the past and hold at most MAX_BACKFILL_SLOTS slots; a second call creates
+    nothing new.
+    """
+    row = schedule_row(conn, schedule, now)
+    if start > end:
+        raise UsageError(f"--from {iso(start)} is after --to {iso(end)}")
+    if end > row["db_now"]:
+        raise UsageError(f"--to {iso(end)} is in the future: backfill creates past slots only")
+    slots = slots_between(timing_of(row), start, end, MAX_BACKFILL_SLOTS + 1)
+    if len(slots) > MAX_BACKFILL_SLOTS:
+        raise UsageError(
+            f"{schedule} has more than {MAX_BACKFILL_SLOTS} slots from {iso(start)} to {iso(end)}: "
+            "narrow the range"
+        )
+    created = [r["scheduled_for"] for r in conn.execute(
+        q("slot_backfill"), {"name": schedule, "slots": slots, "now": now}
+    )]
+    if created:
+        _wake_workers(conn)
+    return BackfillResult(created=sorted(created), existing=len(slots) - len(created))
+
+
+# -- pause, resume -------------------------------------------------------------------------------
+
+
+def schedule_pause(conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None) -> bool:
+    """Stop creating slots for the schedule; False when it was paused already.
+
+    Runs already created still run; the slots that come due while paused are never created.
+    """
+    schedule_row(conn, schedule)
+    return conn.execute(q("schedule_pause"), {"name": schedule, "now": now}).fetchone() is not None
+
+
+def schedule_resume(
+    conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None
+) -> datetime | None:
+    """Create slots again from now on; returns the next slot, or None when it was not paused.
+
+    The next slot is planned from the database's now(), so the paused stretch is not caught up
+    however long it was.
+    """
+    with conn.transaction():
+        row = conn.execute(q("schedule_lock"), {"name": schedule, "now": now}).fetchone()
+        if row is None:
+            raise UsageError(f"no such schedule: {schedule!r}")
+        if row["paused_at"] is None:
+            return None
+        nxt = first_slot_at_or_after(timing_of(row), row["db_now"])
+        conn.execute(q("schedule_resume"), {"name": schedule, "next_run_at": nxt, "now": now})
+        conn.execute(q("schedule_notify"))  # tickers re-read their next wake-up at once
+    return nxt
+
+
+# -- prune ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class PruneResult:
+    cutoff: datetime
+    runs: int = 0
+    attempts: int = 0
+    batches: int = 0
+
+
+def run_prune(
+    conn: psycopg.Connection[Any],
+    older_than: timedelta,
+    *,
+    schedule: str | None = None,
+    batch: int = PRUNE_BATCH,
+    pause_s: float = PRUNE_PAUSE_S,
+    now: datetime | None = None,
+    on_batch: Callable[[PruneResult], None] | None = None,
+) -> PruneResult:
+    """Delete runs that finished more than `older_than` ago (done, skipped, discarded; never an
+    unacknowledged dead run) with their attempts, in batches of `batch`, each its own short
+    transaction that skips locked rows. The newest successful and the newest finished run of each
+    schedule are always kept, so health stays computable.
+    """
+    if schedule is not None:
+        schedule_row(conn, schedule)
+    clock = conn.execute(q("schedule_db_now"), {"now": now}).fetchone()
+    assert clock is not None
+    db_now: datetime = clock["now"]
+    result = PruneResult(cutoff=db_now - older_than)
+    keep_names: list[str] = []
+    keep_slots: list[datetime] = []
+    for k in conn.execute(q("run_prune_keep"), {"schedule": schedule}):
+        for slot in {k["done_slot"], k["finished_slot"]} - {None}:
+            keep_names.append(k["name"])
+            keep_slots.append(slot)
+    after = datetime.min.replace(tzinfo=db_now.tzinfo)
+    while True:
+        row = conn.execute(q("run_prune"), {
+            "cutoff": result.cutoff, "after": after, "schedule": schedule, "limit": batch,
+            "keep_names": keep_names, "keep_slots": keep_slots,
+        }).fetchone()
+        assert row is not None
+        if not row["runs"]:
+            return result
+        result.runs += row["runs"]
+        result.attempts += row["attempts"]
+        result.batches += 1
+        # the next batch starts where this one ended: the index scan need not step over the
+        # entries of rows deleted a moment ago
+        after = row["last_finished_at"]
+        if on_batch:
+            on_batch(result)
+        time.sleep(pause_s)
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+def _slots(slots: list[datetime]) -> str:
+    shown = ", ".join(str(iso(s)) for s in slots[:5])
+    return shown + (f" and {len(slots) - 5} more" if len(slots) > 5 else "")
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    if args.all_dead == (args.slot is not None):
+        raise UsageError("give either SLOT or --all-dead")
+    slot = parse_instant(args.slot, "SLOT") if args.slot is not None else None
+    with db(args) as conn:
+        retried = run_retry(conn, args.schedule, slot)
+    if retried:
+        print(f"retried {len(retried)} run(s) of {args.schedule}: {_slots(retried)}")
+    elif slot is not None:
+        print(f"{args.schedule} @ {iso(slot)} is already pending or running: nothing to retry")
+    else:
+        print(f"{args.schedule} has no dead run: nothing to retry")
+    return 0
+
+
+def cmd_discard(args: argparse.Namespace) -> int:
+    if args.all_dead == (args.slot is not None):
+        raise UsageError("give either SLOT or --all-dead")
+    slot = parse_instant(args.slot, "SLOT") if args.slot is not None else None
+    with db(args) as conn:
+        discarded = run_discard(conn, args.schedule, slot)
+    if discarded:
+        print(f"discarded {len(discarded)} dead run(s) of {args.schedule}: {_slots(discarded)}")
+    elif slot is not None:
+        print(f"{args.schedule} @ {iso(slot)} is already discarded")
+    else:
+        print(f"{args.schedule} has no dead run: nothing to discard")
+    return 0
+
+
+def cmd_trigger(args: argparse.Namespace) -> int:
+    with db(args) as conn:
+        slot, created = run_trigger(conn, args.schedule)
+    if created:
+        print(f"triggered {args.schedule} @ {iso(slot)}")
+    else:
+        print(f"{args.schedule} @ {iso(slot)} exists already: not triggered again")
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    with db(args) as conn:
+        paused = schedule_pause(conn, args.schedule)
+    print(f"paused {args.schedule}" if paused else f"{args.schedule} is paused already")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    with db(args) as conn:
+        nxt = schedule_resume(conn, args.schedule)
+    print(f"resumed {args.schedule}: next slot {iso(nxt)}" if nxt else f"{args.schedule} is not paused")
+    return 0
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    start, end = parse_instant(args.start, "--from"), parse_instant(args.end, "--to")
+    with db(args) as conn:
+        r = slot_backfill(conn, args.schedule, start, end)
+    if r.created:
+        print(f"backfilled {len(r.created)} slot(s) of {args.schedule}: {_slots(r.created)}")
+    if r.existing:
+        print(f"{r.existing} slot(s) in the range had a run already")
+    if not r.created and not r.existing:
+        print(f"{args.schedule} has no slot from {iso(start)} to {iso(end)}")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    older_than = parse_span(args.older_than, "--older-than")
+    if args.batch < 1:
+        raise UsageError(f"--batch: must be at least 1, got {args.batch}")
+    started = time.monotonic()
+    with db(args) as conn:
+        r = run_prune(conn, older_than, schedule=args.schedule, batch=args.batch)
+    print(f"pruned {r.runs} run(s) and {r.attempts} attempt(s) finished before {iso(r.cutoff)} "
+          f"in {r.batches} batch(es), {time.monotonic() - started:.1f}s")
+    return 0
+
+
+def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    slot_help = "the slot, ISO-8601 (e.g. 2026-11-02T10:00:00Z; no offset: UTC)"
+    p = sub.add_parser(
+        "retry", help="make a dead run pending again (attempt history kept, retry budget restarted)",
+    )
+    p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument("slot", metavar="SLOT", nargs="?", help=slot_help)
+    p.add_argument("--all-dead", action="store_true", help="every dead run of the schedule")
+
+    p = sub.add_parser(
+        "discard",
+        help="acknowledge a dead run so the schedule is healthy again",
+        description="A discarded run becomes 'skipped' with last outcome 'discarded'. Its error and attempts "
+        "stay (until prune deletes it) and `fleetctl retry` can still bring it back.",
+    )
+    p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument("slot", metavar="SLOT", nargs="?", help=slot_help)
+    p.add_argument("--all-dead", action="store_true", help="every dead run of the schedule")
+
+    p = sub.add_parser(
+        "trigger",
+        help="run a schedule now, as its own slot (once per second, however often called)",
+        description="Creates a run whose slot is the database's now() truncated to the second (origin "
+        "'trigger'). Under overlap 'skip' the run waits for a run in progress instead of being skipped.",
+    )
+    p.add_argument("schedule", metavar="SCHEDULE")
+
+    p = sub.add_parser(
+        "pause",
+        help="stop creating slots for a schedule (runs already created still run)",
+    )
+    p.add_argument("schedule", metavar="SCHEDULE")
+    p = sub.add_parser(
+        "resume",
+        help="create slots again; the next slot is planned from now, so the paused time is not caught up",
+        description="Resuming re-plans the next slot from the database's now(): the slots that came due "
+        "while the schedule was paused are never created, however long the pause (use backfill for them).",
+    )
+    p.add_argument("schedule", metavar="SCHEDULE")
+
+    p = sub.add_parser(
+        "backfill",
+        help="create a schedule's past slots in a time range that have no run yet",
+        description=f"Creates the missing slots in [--from, --to] (origin 'backfill', due now); slots that "
+        f"have a run are left alone, so running it twice creates nothing new. At most {MAX_BACKFILL_SLOTS} "
+        "slots at once. Under overlap 'skip' backfilled runs queue and run one after the other.",
+    )
+    p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument("--from", dest="start", required=True, metavar="T", help="ISO-8601 (no offset: UTC)")
+    p.add_argument(
+        "--to", dest="end", required=True, metavar="T", help="ISO-8601 (no offset: UTC), not in the future"
+    )
+
+    p = sub.add_parser(
+        "prune",
+        help="delete old finished runs and their attempts, in short batches",
+        description="Deletes done, skipped and discarded runs that finished more than DURATION ago, with "
+        "their attempts, in short transactions that never wait for a lock. Dead runs nobody discarded stay, "
+        "and so do the newest successful and the newest finished run of each schedule.",
+    )
+    p.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 7d, 12h, 30m")
+    p.add_argument("--schedule", metavar="SCHEDULE", help="only this schedule's runs")
+    p.add_argument("--batch", type=int, default=PRUNE_BATCH, help=f"runs per transaction ({PRUNE_BATCH})")
+    return {
+        "retry": cmd_retry, "discard": cmd_discard, "trigger": cmd_trigger, "pause": cmd_pause,
+        "resume": cmd_resume, "backfill": cmd_backfill, "prune": cmd_prune,
+    }

@@ -1,0 +1,72 @@
+"""What fleetctl's commands name (schedules, slots, instants, durations): read from the command
+line, checked against the database, and written back in the same notation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from fleet.queries import q
+from fleet.schedule import Timing, TimingError, parse_duration
+from ops.cli import UsageError
+
+
+def parse_instant(text: str, flag: str) -> datetime:
+    """An ISO-8601 instant such as ``2026-11-02T10:00:00Z``; without an offset it is read as UTC."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(f"{flag}: not an ISO-8601 time: {text!r} (e.g. 2026-11-02T10:00:00Z)") from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def parse_span(text: str, flag: str) -> timedelta:
+    """A duration in the schedules file's notation (``30s``, ``7d``, ``1h30m``)."""
+    try:
+        return parse_duration(text, flag)
+    except TimingError as e:
+        raise UsageError(str(e)) from None
+
+
+def iso(value: datetime | None) -> str | None:
+    """An instant as UTC ISO-8601 with a ``Z``, the way slots are named everywhere."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def timing_of(row: dict[str, Any]) -> Timing:
+    """The Timing a `schedules` row describes."""
+    return Timing(
+        every=row["every"], cron=row["cron"], timezone=row["timezone"], anchor=row["start_at"],
+        dst_repeated=row["dst_repeated"], dst_missing=row["dst_missing"],
+    )
+
+
+def require_schedules(conn: psycopg.Connection[Any], names: list[str]) -> None:
+    """Raise UsageError naming every schedule in `names` that does not exist."""
+    if not names:
+        return
+    found = {r["name"] for r in conn.execute(q("schedule_names"), {"names": names})}
+    missing = [n for n in dict.fromkeys(names) if n not in found]
+    if missing:
+        raise UsageError(f"no such schedule: {', '.join(repr(n) for n in missing)}")
+
+
+def schedule_row(conn: psycopg.Connection[Any], name: str, now: datetime | None = None) -> dict[str, Any]:
+    """The schedule's row plus the database's `db_now`; UsageError when there is none."""
+    row: dict[str, Any] | None = conn.execute(q("schedule_get"), {"name": name, "now": now}).fetchone()
+    if row is None:
+        raise UsageError(f"no such schedule: {name!r}")
+    return row
+
+
+def run_row(conn: psycopg.Connection[Any], name: str, slot: datetime) -> dict[str, Any]:
+    """The run of `name` at `slot`; UsageError naming both when the schedule or the run is unknown."""
+    row: dict[str, Any] | None = conn.execute(q("run_get"), {"name": name, "slot": slot}).fetchone()
+    if row is None:
+        schedule_row(conn, name)
+        raise UsageError(f"schedule {name!r} has no run at {iso(slot)}")
+    return row

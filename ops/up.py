@@ -1,0 +1,460 @@
+"""`fleetctl up`: a whole fleet in this directory under supervisord, with a live view, until Ctrl-C.
+
+Everything it starts lives in `.fleet/`: the embedded database (`pgdata/`, only when FLEET_DATABASE_URL
+is unset), the environment file and supervisord configuration it renders, the logs, and `up.lock`, held
+while it runs so a second `up` here refuses to start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import xmlrpc.client
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import psycopg
+
+from fleet.command_jobs import load_command_jobs
+from fleet.db import connect, redact
+from fleet.embedded import EMBEDDED_DIR, embedded_url, stop_embedded
+from fleet.envfile import render_env
+from fleet.errors import ConfigError, ScheduleFileError
+from fleet.jobs import registered
+from fleet.migrate import migrate
+from fleet.queries import q
+from fleet.schedfile import ScheduleSpec, load
+from fleet.supervisor import TICKER_STOPWAIT_S, SupervisorOptions, render
+from ops import live
+from ops.apply import apply_specs
+from ops.cli import UsageError
+from ops.control import ProcInfo, Supervisor, SupervisorUnavailable, serverurl_from_config
+from ops.supervise import default_bin_dir, default_grace
+
+DEMO_APP = "fleet.examples.demo_jobs"
+FLEET_DIR = Path(".fleet")
+_READY_TIMEOUT_S = 30.0
+_TTY_REFRESH_S = 1.0
+_PLAIN_REFRESH_S = 5.0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    if args.workers < 0:
+        raise UsageError("--workers: must not be negative")
+    if args.max_workers is not None and args.max_workers < args.workers:
+        raise UsageError(f"--max-workers: must be at least --workers ({args.max_workers} < {args.workers})")
+    base = Path.cwd()
+    fleet_dir = base / FLEET_DIR
+    fleet_dir.mkdir(exist_ok=True)
+    lock = UpLock(fleet_dir / "up.lock")
+    holder = lock.acquire()
+    if holder is not None:
+        raise UsageError(f"a fleet is already up in this directory (fleetctl up, pid {holder}); "
+                         "stop it with Ctrl-C there, or change its size with `fleetctl scale N`")
+    try:
+        return Up(args, base, fleet_dir).run()
+    finally:
+        lock.release()
+
+
+class UpLock:
+    """An exclusive lock on a file holding the owner's pid; the kernel drops it when the owner dies."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd: int | None = None
+
+    def acquire(self) -> int | None:
+        """None when acquired, else the pid of the process holding it (0 if unknown)."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.read(fd, 32).decode(errors="replace").strip()
+            os.close(fd)
+            return int(text) if text.isdigit() else 0
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+        return None
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            os.close(self.fd)
+            self.fd = None
+
+
+def control_socket(fleet_dir: Path) -> Path:
+    """supervisord's socket: in .fleet/, or in a private short directory when that path is too long."""
+    sock = fleet_dir / "supervisor.sock"
+    if len(str(sock)) <= 100:
+        return sock
+    digest = hashlib.sha256(str(fleet_dir).encode()).hexdigest()[:12]
+    short = Path(tempfile.gettempdir()) / f"fleet-{os.getuid()}-{digest}"
+    short.mkdir(mode=0o700, exist_ok=True)
+    st = short.lstat()
+    if st.st_uid != os.getuid() or not short.is_dir() or short.is_symlink():
+        raise UsageError(f"{short} is not a directory of this user; remove it")
+    short.chmod(0o700)
+    return short / "supervisor.sock"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        first = path.read_text().split("\n", 1)[0].strip()
+    except OSError:
+        return None
+    return int(first) if first.isdigit() else None
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: receive SIGTERM if `fleetctl up` dies (Linux), so nothing is orphaned."""
+    if sys.platform == "linux":
+        import ctypes
+
+        with contextlib.suppress(Exception):
+            ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class Up:
+    def __init__(self, args: argparse.Namespace, base: Path, fleet_dir: Path) -> None:
+        self.args = args
+        self.base = base
+        self.dir = fleet_dir
+        self.logs = fleet_dir / "logs"
+        self.state_path = fleet_dir / "up.json"
+        self.conf_path = fleet_dir / "supervisord.conf"
+        self.stop = threading.Event()
+        self.force = False
+        self.started_db = False
+        self.embedded = False
+        self.sv_proc: subprocess.Popen[bytes] | None = None
+        self.sv: Supervisor | None = None
+        self.known: list[ProcInfo] = []
+        self.opts: SupervisorOptions | None = None
+
+    # -- signals -------------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self.stop.is_set():
+            self.force = True
+            return
+        self.stop.set()
+
+    def _say(self, text: str) -> None:
+        print(f"fleetctl up: {text}", flush=True)
+
+    # -- the whole run -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            return self._run()
+        finally:
+            try:
+                self._stop_supervisord()
+            finally:
+                if self.started_db:
+                    self._say("stopping the embedded PostgreSQL")
+                    stop_embedded(self.base)
+                self.state_path.unlink(missing_ok=True)
+                for s, handler in old.items():
+                    signal.signal(s, handler)
+
+    def _run(self) -> int:
+        args = self.args
+        specs = self._read_schedules()
+        apps = list(args.app) or ([] if args.jobs else [DEMO_APP])
+        jobs_file = str(Path(args.jobs).absolute()) if args.jobs else None
+        served = self._load_jobs(apps, jobs_file)
+        self._clean_up_after_an_earlier_up()
+        url = self._database()
+        if self.stop.is_set():
+            return 0
+        with connect(url, "fleetctl up") as conn:
+            applied = migrate(conn)
+            if applied:
+                self._say(f"schema migrated ({', '.join(map(str, applied))})")
+            self._apply(conn, specs)
+            self._warn_unserved(conn, served)
+        self._write_config(url, apps, jobs_file)
+        if self.stop.is_set():
+            return 0
+        self._start_supervisord()
+        return self._watch(url)
+
+    # -- before supervisord --------------------------------------------------------------------
+
+    def _read_schedules(self) -> list[ScheduleSpec] | None:
+        if not self.args.schedules:
+            return None
+        path = Path(self.args.schedules)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ScheduleFileError([f"file: cannot read {path}: {e.strerror}"]) from None
+        return load(text)
+
+    def _load_jobs(self, apps: list[str], jobs_file: str | None) -> set[str]:
+        """Import the app modules as a worker will (failing here beats workers failing under supervisord)."""
+        sys.path.insert(0, str(self.base))
+        try:
+            for module in apps:
+                try:
+                    importlib.import_module(module)
+                except ImportError as e:
+                    raise UsageError(f"--app: cannot import {module!r}: {e}") from None
+            if jobs_file:
+                load_command_jobs(jobs_file)
+        except ConfigError as e:
+            raise UsageError(str(e)) from None
+        finally:
+            sys.path.remove(str(self.base))
+        return set(registered())
+
+    def _clean_up_after_an_earlier_up(self) -> None:
+        """An earlier `up` here was killed before it could clean up: stop what it left running."""
+        try:
+            state = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            state = {}
+        pid = read_pid(self.dir / "supervisord.pid")
+        if pid and pid_alive(pid) and _runs_with(pid, str(self.conf_path)):
+            self._say(f"stopping the supervisord (pid {pid}) an earlier `fleetctl up` left running")
+            try:
+                Supervisor(serverurl_from_config(self.conf_path)).shutdown()
+            except (SupervisorUnavailable, xmlrpc.client.Fault):  # Fault: it is shutting down already
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
+            end = time.monotonic() + 120
+            while pid_alive(pid) and time.monotonic() < end and not self.stop.is_set():
+                time.sleep(0.2)
+        postmaster = read_pid(self.base / EMBEDDED_DIR / "postmaster.pid")
+        if state.get("started_db") and postmaster and pid_alive(postmaster):
+            self.started_db = True  # it was ours: this `up` stops it on exit
+
+    def _database(self) -> str:
+        url: str | None = self.args.database_url or os.environ.get("FLEET_DATABASE_URL")
+        if url:
+            self._say(f"database {redact(url)}")
+            return url
+        self.embedded = True
+        postmaster = read_pid(self.base / EMBEDDED_DIR / "postmaster.pid")
+        running = postmaster is not None and pid_alive(postmaster)
+        if not running:
+            self._say(f"starting the embedded PostgreSQL in {EMBEDDED_DIR}")
+        url = embedded_url(self.base)
+        self.started_db = self.started_db or not running
+        self._write_state()
+        return url
+
+    def _write_state(self) -> None:
+        self.state_path.write_text(json.dumps({"pid": os.getpid(), "started_db": self.started_db}) + "\n")
+
+    def _apply(self, conn: psycopg.Connection[Any], specs: list[ScheduleSpec] | None) -> None:
+        if specs is None:
+            row = conn.execute(q("schedule_count")).fetchone()
+            if row and row["n"]:
+                return
+            text = resources.files("fleet").joinpath("examples/schedules.toml").read_text(encoding="utf-8")
+            specs, source = load(text), "the example schedules (fleet/examples/schedules.toml)"
+        else:
+            source = self.args.schedules
+        r = apply_specs(conn, specs, prune=False)
+        changed = len(r.created) + len(r.updated) + len(r.replanned)
+        self._say(f"applied {source}: {len(r.created)} created, {changed - len(r.created)} changed, "
+                  f"{len(r.unchanged)} unchanged")
+
+    def _warn_unserved(self, conn: psycopg.Connection[Any], served: set[str]) -> None:
+        for row in conn.execute(q("schedule_jobs")):
+            if row["job"] not in served:
+                self._say(f"warning: no worker here runs job {row['job']!r} (schedules: "
+                          f"{', '.join(row['schedules'])}); give its module with --app")
+
+    def _write_config(self, url: str, apps: list[str], jobs_file: str | None) -> None:
+        self.logs.mkdir(exist_ok=True)
+        env_path = self.dir / "fleet.env"
+        fd = os.open(env_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("# Written by `fleetctl up`; read by every process it starts (fleetctl exec-env).\n")
+            f.write(render_env({"FLEET_DATABASE_URL": url}))
+        os.chmod(env_path, 0o600)
+        self.opts = SupervisorOptions(
+            bin_dir=str(default_bin_dir()),
+            directory=str(self.base),
+            workers=self.args.workers,
+            max_workers=self.args.max_workers,
+            apps=tuple(apps),
+            jobs_file=jobs_file,
+            env_file=str(env_path),
+            logs_dir=str(self.logs),
+            socket=str(control_socket(self.dir)),
+            pidfile=str(self.dir / "supervisord.pid"),
+            grace_s=self.args.grace if self.args.grace is not None else default_grace(),
+        )
+        try:
+            text = render(self.opts)
+        except ConfigError as e:
+            raise UsageError(str(e)) from None
+        self.conf_path.write_text(text, encoding="utf-8")
+
+    # -- supervisord ---------------------------------------------------------------------------
+
+    def _start_supervisord(self) -> None:
+        assert self.opts is not None
+        exe = Path(self.opts.bin_dir) / "supervisord"
+        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "supervisor.supervisord"]
+        with open(self.logs / "supervisord.out", "ab") as out:
+            # Its own session: a Ctrl-C in this terminal reaches only `up`, which stops things in order.
+            self.sv_proc = subprocess.Popen(
+                [*cmd, "-n", "-c", str(self.conf_path)], cwd=self.base, stdin=subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        self.sv = Supervisor(f"unix://{self.opts.socket}")
+        end = time.monotonic() + _READY_TIMEOUT_S
+        while not self.stop.is_set():
+            try:
+                self.known = self.sv.processes()
+                break
+            except SupervisorUnavailable:
+                if self.sv_proc.poll() is not None or time.monotonic() > end:
+                    raise SupervisorUnavailable(
+                        f"supervisord did not start; see {self.logs / 'supervisord.out'}") from None
+                time.sleep(0.1)
+        self._say(f"supervisord (pid {self.sv_proc.pid}) starts 1 ticker and {self.opts.workers} workers; "
+                  f"logs in {self.logs}")
+
+    def _stop_supervisord(self) -> None:
+        proc, sv = self.sv_proc, self.sv
+        if proc is None or sv is None:
+            return
+        assert self.opts is not None
+        if proc.poll() is None:
+            with contextlib.suppress(SupervisorUnavailable):
+                self.known = sv.processes()
+            busy = sum(1 for p in self.known if p.slot is not None and p.state in ("RUNNING", "STARTING"))
+            self._say(f"stopping: workers finish or hand back their runs ({busy} running, up to "
+                      f"{self.opts.stopwaitsecs}s), then the ticker stops; Ctrl-C again to kill at once")
+            try:
+                sv.shutdown()
+            except Exception:  # noqa: BLE001 - SIGTERM asks supervisord for the same orderly shutdown
+                proc.send_signal(signal.SIGTERM)
+            self._wait(lambda: proc.poll() is not None, self.opts.stopwaitsecs + TICKER_STOPWAIT_S + 10)
+            if proc.poll() is None:
+                self._say("killing supervisord and its processes")
+                proc.kill()
+                proc.wait(10)
+        # supervisord is gone; none of its children may outlive it (it could have been killed itself).
+        left = [p.pid for p in self.known if p.pid and pid_alive(p.pid) and _runs_with(p.pid, "fleet")]
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        self._wait(lambda: not any(pid_alive(pid) for pid in left), self.opts.stopwaitsecs)
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        self._say("stopped")
+
+    def _wait(self, done: Callable[[], bool], timeout_s: float) -> None:
+        """Wait until `done()` or the timeout, or until a second Ctrl-C asks to hurry."""
+        end = time.monotonic() + timeout_s
+        while not done() and time.monotonic() < end and not self.force:
+            time.sleep(0.1)
+
+    # -- the live view -------------------------------------------------------------------------
+
+    def _watch(self, url: str) -> int:
+        assert self.sv is not None and self.sv_proc is not None and self.opts is not None
+        tty = sys.stdout.isatty()
+        screen = live.Screen(sys.stdout) if tty else None
+        conn: psycopg.Connection[Any] | None = None
+        db_label = f"embedded PostgreSQL in {EMBEDDED_DIR}" if self.embedded else redact(url)
+        try:
+            while not self.stop.is_set():
+                if self.sv_proc.poll() is not None:
+                    self._leave(screen)
+                    screen = None
+                    self._say(f"supervisord exited (code {self.sv_proc.returncode}); "
+                              f"see {self.logs / 'supervisord.log'}")
+                    return 1
+                snap = live.Snapshot()
+                try:
+                    snap.processes = self.known = self.sv.processes()
+                except SupervisorUnavailable as e:
+                    snap.sv_error = str(e)
+                try:
+                    if conn is None or conn.closed:
+                        conn = connect(url, "fleetctl up view")
+                    live.read_database(conn, snap)
+                except Exception as e:  # noqa: BLE001 - shown in the view, retried next frame
+                    snap.db_error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                self._annotate_failures(snap)
+                if screen is not None:
+                    header = (f"fleet up · database {db_label} · {time.strftime('%H:%M:%S')} · "
+                              "Ctrl-C stops everything")
+                    screen.draw(live.frame(snap, header))
+                    self.stop.wait(_TTY_REFRESH_S)
+                else:
+                    for line in live.plain_lines(snap):
+                        print(line)
+                    sys.stdout.flush()
+                    self.stop.wait(_PLAIN_REFRESH_S)
+            return 0
+        finally:
+            self._leave(screen)
+            if conn is not None:
+                conn.close()
+
+    def _annotate_failures(self, snap: live.Snapshot) -> None:
+        """A process that gave up shows the last line of its log."""
+        fixed = []
+        for p in snap.processes:
+            if p.state in ("FATAL", "BACKOFF"):
+                tail = live.log_tail(self.logs / f"{p.name}.log")
+                p = ProcInfo(p.group, p.name, p.state, p.pid, f"{p.description} · {tail}"[:200])
+            fixed.append(p)
+        snap.processes = fixed
+
+    @staticmethod
+    def _leave(screen: live.Screen | None) -> None:
+        if screen is not None:
+            screen.close()
+            print()
+
+
+def _runs_with(pid: int, text: str) -> bool:
+    """Whether process `pid`'s command line contains `text` (a pid file may name a reused pid)."""
+    try:
+        return text.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()  # no /proc here: trust the pid file
+    except OSError:
+        return False

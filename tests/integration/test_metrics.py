@@ -1,0 +1,141 @@
+"""fleetctl metrics: scrapes parse with Prometheus' own text parser and carry the health numbers and
+counters, computed from the database."""
+
+from __future__ import annotations
+
+import signal
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
+
+from ops.metrics import FleetCollector, parse_listen
+from ops.repair import run_prune
+from tests.helpers import Proc, apply_text, env_for, fleetctl_cmd, processes, scalar, wait_for
+from tests.integration.ops_support import add_run
+
+SLOT = datetime(2026, 3, 1, 10, tzinfo=UTC)
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a scrape, by name and labels, read with the Prometheus text parser."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(scrape: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return scrape[(name, tuple(sorted(labels.items())))]
+
+
+def test_a_scrape_carries_health_numbers_and_counters_that_survive_prune(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    apply_text(
+        conn,
+        '[[schedule]]\nname = "s"\nevery = "1h"\njob = "noop"\noverlap = "allow"\n'
+        '[[schedule]]\nname = "t"\nevery = "1m"\njob = "noop"\n',
+    )
+    conn.execute(
+        "UPDATE schedules SET created_at = now() - interval '1 day', updated_at = now() - interval '1 day'"
+    )
+    conn.execute(
+        "INSERT INTO fleet_processes (id, kind, host, pid, jobs) VALUES ('w', 'worker', 'h', 1, '{noop}')"
+    )
+    add_run(conn, "s", SLOT, "dead", error="boom")
+    add_run(conn, "s", SLOT + timedelta(hours=1), finished="now() - interval '5 minutes'")
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(db_url, settle_s=0))
+
+    first = samples(generate_latest(registry).decode())
+    assert value(first, "fleet_database_up") == 1
+    assert value(first, "fleet_schedule_dead_runs", schedule="s") == 1
+    assert value(first, "fleet_schedule_healthy", schedule="s") == 0
+    assert value(first, "fleet_schedule_verdict", schedule="s", verdict="DEAD") == 1
+    assert value(first, "fleet_schedule_verdict", schedule="s", verdict="OK") == 0
+    assert 300 <= value(first, "fleet_schedule_since_last_success_seconds", schedule="s") < 310
+    assert value(first, "fleet_schedule_interval_seconds", schedule="t") == 60
+    assert value(first, "fleet_schedule_verdict", schedule="t", verdict="LATE") == 1  # a day without success
+    assert value(first, "fleet_processes", kind="worker") == 1
+    # counting starts with the exporter: what finished before is not counted
+    assert value(first, "fleet_runs_finished_total", schedule="s", status="done") == 0
+
+    # two runs finish (one after a lost lease and a failure), then the exporter is scraped again
+    for h, attempts in ((2, 3), (3, 1)):
+        add_run(conn, "s", SLOT + timedelta(hours=h), "done", attempts=attempts)
+    conn.execute(
+        "UPDATE job_attempts SET outcome = 'lease_expired' WHERE scheduled_for = %s AND attempt = 1",
+        (SLOT + timedelta(hours=2),),
+    )
+    conn.execute(
+        "UPDATE job_runs SET started_at = run_after + interval '40 milliseconds' WHERE scheduled_for >= %s",
+        (SLOT + timedelta(hours=2),),
+    )
+    conn.execute(
+        "UPDATE job_attempts SET started_at = scheduled_for + interval '3 seconds' WHERE attempt = 1"
+    )
+    second = samples(generate_latest(registry).decode())
+    assert value(second, "fleet_runs_finished_total", schedule="s", status="done") == 2
+    assert value(second, "fleet_attempts_total", schedule="s", outcome="done") == 2
+    assert value(second, "fleet_attempts_total", schedule="s", outcome="failed") == 1
+    assert value(second, "fleet_reclaims_total", schedule="s") == 1
+    assert value(second, "fleet_claim_latency_seconds_count", schedule="s") == 2
+    assert value(second, "fleet_claim_latency_seconds_bucket", schedule="s", le="0.025") == 0
+    assert value(second, "fleet_claim_latency_seconds_bucket", schedule="s", le="0.05") == 2
+    assert value(second, "fleet_start_lag_seconds_sum", schedule="s") == pytest.approx(6.0)
+    assert value(second, "fleet_start_lag_seconds_bucket", schedule="s", le="2.5") == 0
+    assert value(second, "fleet_start_lag_seconds_bucket", schedule="s", le="5.0") == 2
+
+    # pruning deletes rows; the counters do not go down
+    conn.execute("UPDATE job_runs SET finished_at = finished_at - interval '10 days' WHERE status = 'done'")
+    assert run_prune(conn, timedelta(days=1), pause_s=0).runs > 0
+    third = samples(generate_latest(registry).decode())
+    assert value(third, "fleet_runs_finished_total", schedule="s", status="done") == 2
+    assert value(third, "fleet_attempts_total", schedule="s", outcome="done") == 2
+
+
+def test_the_exporter_reports_a_database_it_cannot_reach() -> None:
+    registry = CollectorRegistry()
+    registry.register(FleetCollector("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1", settle_s=0))
+    scrape = samples(generate_latest(registry).decode())
+    assert value(scrape, "fleet_database_up") == 0
+
+
+def test_parse_listen() -> None:
+    assert parse_listen("127.0.0.1:9464") == ("127.0.0.1", 9464)
+    assert parse_listen(":9464") == ("0.0.0.0", 9464)
+    assert parse_listen("9464") == ("127.0.0.1", 9464)
+    assert parse_listen("[::1]:9") == ("::1", 9)
+
+
+def test_fleetctl_metrics_serves_http_until_stopped(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1h"\njob = "noop"\n')
+    with processes() as procs:
+        p = Proc(
+            fleetctl_cmd("metrics", "--listen", "127.0.0.1:0"), env_for(db_url), tmp_path / "metrics.log"
+        )
+        procs.append(p)
+        line = wait_for(
+            lambda: next((x for x in p.output().splitlines() if x.startswith("serving metrics on ")), None),
+            timeout=20,
+            what="the exporter to listen",
+        )
+        url = line.removeprefix("serving metrics on ")
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.status == 200
+            scrape = samples(response.read().decode())
+        assert value(scrape, "fleet_database_up") == 1
+        assert value(scrape, "fleet_schedule_healthy", schedule="s") == 1
+        p.signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 0
+    assert scalar(conn, "SELECT count(*) FROM schedules") == 1

@@ -1,0 +1,71 @@
+"""The health verdict from its numbers, without a database."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from ops.health import SEVERITY, UNHEALTHY, Health, is_healthy, problems, verdict
+
+HOURLY = Health(interval_s=3600.0, quiet_s=600.0, dead_runs=0, oldest_pending_age_s=None, unserved_runs=0)
+
+
+def test_a_schedule_that_succeeded_recently_is_ok() -> None:
+    assert verdict(HOURLY) == "OK" and problems(HOURLY) == [] and is_healthy("OK")
+
+
+@pytest.mark.parametrize(
+    ("quiet_s", "expected"), [(7199.0, "OK"), (7200.0, "OK"), (7200.5, "LATE"), (86400.0, "LATE")]
+)
+def test_late_after_more_than_two_intervals(quiet_s: float, expected: str) -> None:
+    assert verdict(replace(HOURLY, quiet_s=quiet_s)) == expected
+
+
+def test_late_uses_the_schedule_cadence() -> None:
+    # 3 hours without success: late for an hourly job, fine for a daily one
+    assert verdict(replace(HOURLY, quiet_s=3 * 3600)) == "LATE"
+    assert verdict(replace(HOURLY, interval_s=86400.0, quiet_s=3 * 3600)) == "OK"
+
+
+def test_dead_runs_are_dead_even_after_a_later_success() -> None:
+    assert verdict(replace(HOURLY, dead_runs=1, quiet_s=1.0)) == "DEAD"
+
+
+@pytest.mark.parametrize(
+    ("age", "expected"), [(None, "OK"), (0.0, "OK"), (3600.0, "OK"), (3601.0, "BACKLOG")]
+)
+def test_backlog_when_a_due_run_waited_longer_than_one_interval(age: float | None, expected: str) -> None:
+    assert verdict(replace(HOURLY, oldest_pending_age_s=age)) == expected
+
+
+def test_unserved_runs_are_no_worker() -> None:
+    assert verdict(replace(HOURLY, unserved_runs=3)) == "NO-WORKER"
+
+
+def test_paused_and_disabled_are_healthy_and_never_late() -> None:
+    quiet = replace(HOURLY, quiet_s=10 * 86400)
+    assert verdict(replace(quiet, paused=True)) == "PAUSED"
+    assert verdict(replace(quiet, enabled=False)) == "DISABLED"
+    assert is_healthy("PAUSED") and is_healthy("DISABLED")
+    # a paused schedule's dead runs still need an operator
+    assert verdict(replace(quiet, paused=True, dead_runs=2)) == "DEAD"
+
+
+def test_the_verdict_is_the_most_severe_problem_and_all_are_listed() -> None:
+    everything = replace(HOURLY, quiet_s=99999.0, dead_runs=1, oldest_pending_age_s=99999.0, unserved_runs=1)
+    assert problems(everything) == ["DEAD", "NO-WORKER", "BACKLOG", "LATE"]
+    assert verdict(everything) == "DEAD"
+    assert verdict(replace(everything, dead_runs=0)) == "NO-WORKER"
+    assert verdict(replace(everything, dead_runs=0, unserved_runs=0)) == "BACKLOG"
+
+
+def test_unknown_cadence_turns_off_late_and_backlog_only() -> None:
+    h = replace(HOURLY, interval_s=None, quiet_s=1e9, oldest_pending_age_s=1e9)
+    assert verdict(h) == "OK"
+    assert verdict(replace(h, dead_runs=1)) == "DEAD"
+
+
+def test_unhealthy_verdicts() -> None:
+    assert {"DEAD", "NO-WORKER", "BACKLOG", "LATE"} == UNHEALTHY
+    assert [v for v in SEVERITY if not is_healthy(v)] == ["DEAD", "NO-WORKER", "BACKLOG", "LATE"]

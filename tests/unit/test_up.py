@@ -1,0 +1,78 @@
+"""Pieces of `fleetctl up` that need no processes: its lock, its socket path, its live view."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ops import live
+from ops.control import ProcInfo
+from ops.up import UpLock, control_socket
+
+
+def test_a_second_up_finds_the_first_ones_pid(tmp_path: Path) -> None:
+    first = UpLock(tmp_path / "up.lock")
+    assert first.acquire() is None
+    assert UpLock(tmp_path / "up.lock").acquire() == os.getpid()
+    first.release()
+    again = UpLock(tmp_path / "up.lock")
+    assert again.acquire() is None  # released: free again (the kernel also frees it when a process dies)
+    again.release()
+
+
+def test_control_socket_stays_short(tmp_path: Path) -> None:
+    assert control_socket(tmp_path) == tmp_path / "supervisor.sock"
+    deep = tmp_path / ("d" * 90) / ".fleet"
+    deep.mkdir(parents=True)
+    sock = control_socket(deep)
+    assert len(str(sock)) < 100 and sock.parent.stat().st_mode & 0o777 == 0o700
+    assert control_socket(deep) == sock  # the same directory every time
+    sock.parent.rmdir()
+
+
+def row(**kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = dict(name="reports", job="r", verdict="OK", next_in_s=4.2, last_status="done",
+                                last_ago_s=3.0, pending=1, running=2, done=30, skipped=0, dead=0, retried=1)
+    base.update(kw)
+    return base
+
+
+def snapshot() -> live.Snapshot:
+    return live.Snapshot(
+        schedules=[row(), row(name="nightly", verdict="DEAD", dead=2, last_status=None, last_ago_s=None,
+                              next_in_s=7200.0)],
+        seen={"worker": {"n": 3, "hosts": 2}, "ticker": {"n": 1, "hosts": 1}},
+        processes=[
+            ProcInfo("fleet-ticker", "ticker_00", "RUNNING", 10, "pid 10"),
+            ProcInfo("fleet-workers", "worker_00", "RUNNING", 11, "pid 11"),
+            ProcInfo("fleet-workers", "worker_01", "FATAL", 0, "Exited too quickly"),
+            ProcInfo("fleet-workers", "worker_02", "STOPPED", 0, "Not started"),
+        ],
+    )
+
+
+def test_the_view_shows_schedules_and_processes() -> None:
+    lines = live.frame(snapshot(), "header")
+    text = "\n".join(lines)
+    assert lines[0] == "header"
+    assert "reports" in text and "3s ago done" in text and "in 4s" in text and "in 2h" in text
+    nightly = next(line for line in lines if line.startswith("nightly"))
+    assert "DEAD" in nightly and nightly.split()[-2] == "2"
+    assert "1/1 ticker running, 1 worker running (3 slots" in text
+    assert "worker_01 FATAL Exited too quickly" in text
+    assert "worker_02" not in text  # stopped spare slots are not listed
+    assert "in the database: 1 ticker on 1 host, 3 workers on 2 hosts" in text
+
+
+def test_plain_lines_are_one_per_schedule() -> None:
+    lines = live.plain_lines(snapshot())
+    expected = "schedule=reports verdict=OK last=3s_ago_done next=in_4s pending=1 running=2 done_1h=30"
+    assert any(expected in line for line in lines)
+    assert any("schedule=nightly verdict=DEAD" in line and "dead=2" in line for line in lines)
+
+
+def test_the_view_survives_a_database_outage() -> None:
+    snap = live.Snapshot(db_error="connection refused", processes=snapshot().processes)
+    text = "\n".join(live.frame(snap, "h"))
+    assert "database: connection refused" in text and "ticker running" in text
