@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import IO, Any
 
 import orjson
@@ -47,7 +47,9 @@ def event(name: str, **fields: Any) -> None:
     if _format == "json":
         line = orjson.dumps(record, option=_OPTIONS) + b"\n"
     else:
-        rest = " ".join(f"{k}={_text(v)}" for k, v in record.items() if k not in ("ts", "event") and v is not None)
+        rest = " ".join(
+            f"{k}={_text(v)}" for k, v in record.items() if k not in ("ts", "event") and v is not None
+        )
         line = f"{record['ts']} {name:<16} {rest}\n".encode()
     buffer: list[bytes] | None = getattr(_local, "buffer", None)
     if buffer is not None:
@@ -78,6 +80,6 @@ def _write(data: bytes) -> None:
 
 def _text(v: Any) -> str:
     if isinstance(v, datetime):
-        return v.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+        return v.astimezone(UTC).isoformat().replace("+00:00", "Z")
     s = str(v)
     return f'"{s}"' if " " in s else s

@@ -106,7 +106,8 @@ def add_database_flags(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         default=None,
         help=_env_help(
-            "FLEET_PREPARED_STATEMENTS", "do not prepare statements (PgBouncer before 1.22 in transaction mode)"
+            "FLEET_PREPARED_STATEMENTS",
+            "do not prepare statements (PgBouncer before 1.22 in transaction mode)",
         ),
     )
 
@@ -167,7 +168,12 @@ def ticker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> T
         ticker_id=_take(a.id, environ, "FLEET_TICKER_ID", "", str, "--id") or default_process_id("ticker"),
         log_format=_take(a.log_format, environ, "FLEET_LOG_FORMAT", "json", str, "--log-format"),
         prepared_statements=_take(
-            a.prepared_statements, environ, "FLEET_PREPARED_STATEMENTS", True, _bool, "--no-prepared-statements"
+            a.prepared_statements,
+            environ,
+            "FLEET_PREPARED_STATEMENTS",
+            True,
+            _bool,
+            "--no-prepared-statements",
         ),
     )
     if s.log_format not in LOG_FORMATS:
@@ -241,7 +247,12 @@ def worker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> W
         until_idle=a.until_idle,
         log_format=_take(a.log_format, environ, "FLEET_LOG_FORMAT", "json", str, "--log-format"),
         prepared_statements=_take(
-            a.prepared_statements, environ, "FLEET_PREPARED_STATEMENTS", True, _bool, "--no-prepared-statements"
+            a.prepared_statements,
+            environ,
+            "FLEET_PREPARED_STATEMENTS",
+            True,
+            _bool,
+            "--no-prepared-statements",
         ),
     )
     if s.grace_s < 0:

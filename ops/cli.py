@@ -105,6 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DatabaseUnavailable as e:
         print(f"fleetctl {args.command}: {e}", file=sys.stderr)
         return 1
+    except psycopg.errors.UndefinedTable:
+        print(
+            f"fleetctl {args.command}: the database has no fleet schema; run `fleetctl migrate`",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

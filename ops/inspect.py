@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -14,6 +15,7 @@ import psycopg
 from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
 from fleet.schedule import TimingError, nominal_interval
+from fleet.telemetry import DEFAULT_JAEGER_URL, jaeger_search_url
 from ops import health
 from ops.cli import UsageError, db
 from ops.targets import iso, parse_instant, require_schedules, run_row, timing_of
@@ -84,16 +86,29 @@ def health_of(row: dict[str, Any]) -> ScheduleHealth:
     verdict = found[0] if found else "OK"
     last_outcome = row["last_outcome"] or row["last_status"]
     return ScheduleHealth(
-        name=row["name"], verdict=verdict, healthy=health.is_healthy(verdict), problems=found,
-        since_last_success_s=_seconds(now, row["last_success_at"]), quiet_s=round(numbers.quiet_s, 3),
+        name=row["name"],
+        verdict=verdict,
+        healthy=health.is_healthy(verdict),
+        problems=found,
+        since_last_success_s=_seconds(now, row["last_success_at"]),
+        quiet_s=round(numbers.quiet_s, 3),
         dead_runs=row["dead_runs"],
-        oldest_pending_age_s=numbers.oldest_pending_age_s, next_run_at=iso(row["next_run_at"]),
-        last_outcome=last_outcome, last_run_at=iso(row["last_slot"]),
+        oldest_pending_age_s=numbers.oldest_pending_age_s,
+        next_run_at=iso(row["next_run_at"]),
+        last_outcome=last_outcome,
+        last_run_at=iso(row["last_slot"]),
         last_success_at=iso(row["last_success_at"]),
-        last_error=row["last_error"] if row["last_status"] != "done" else None, interval_s=interval_s,
-        pending_runs=row["due"], waiting_runs=row["pending"] - row["due"], running_runs=row["running"],
-        unserved_runs=row["unserved"], job=row["job"], job_served=bool(row["job_served"]),
-        paused=numbers.paused, enabled=row["enabled"], numbers=numbers,
+        last_error=row["last_error"] if row["last_status"] != "done" else None,
+        interval_s=interval_s,
+        pending_runs=row["due"],
+        waiting_runs=row["pending"] - row["due"],
+        running_runs=row["running"],
+        unserved_runs=row["unserved"],
+        job=row["job"],
+        job_served=bool(row["job_served"]),
+        paused=numbers.paused,
+        enabled=row["enabled"],
+        numbers=numbers,
     )
 
 
@@ -165,38 +180,65 @@ def cmd_status(args: argparse.Namespace) -> int:
     elif not found:
         print("no schedules")
     else:
-        print(table(
-            ["SCHEDULE", "VERDICT", "LAST SUCCESS", "DEAD", "OLDEST PENDING", "NEXT SLOT", "LAST OUTCOME",
-             "INTERVAL"],
-            [
+        print(
+            table(
                 [
-                    h.name, h.verdict,
-                    f"{human(h.since_last_success_s)} ago" if h.since_last_success_s is not None else "never",
-                    h.dead_runs, human(h.oldest_pending_age_s), h.next_run_at, h.last_outcome,
-                    human(h.interval_s),
-                ]
-                for h in found
-            ],
-        ))
+                    "SCHEDULE",
+                    "VERDICT",
+                    "LAST SUCCESS",
+                    "DEAD",
+                    "OLDEST PENDING",
+                    "NEXT SLOT",
+                    "LAST OUTCOME",
+                    "INTERVAL",
+                ],
+                [
+                    [
+                        h.name,
+                        h.verdict,
+                        f"{human(h.since_last_success_s)} ago"
+                        if h.since_last_success_s is not None
+                        else "never",
+                        h.dead_runs,
+                        human(h.oldest_pending_age_s),
+                        h.next_run_at,
+                        h.last_outcome,
+                        human(h.interval_s),
+                    ]
+                    for h in found
+                ],
+            )
+        )
     return 0 if all(h.healthy for h in found) else 1
 
 
 def _run_json(r: dict[str, Any]) -> dict[str, Any]:
     status = "discarded" if r["status"] == "skipped" and r["last_outcome"] == "discarded" else r["status"]
     return {
-        "schedule": r["schedule_name"], "slot": iso(r["scheduled_for"]), "status": status,
-        "origin": r["origin"], "job": r["job"], "args": r["args"], "attempts": r["attempts"],
-        "failures": r["failures"], "run_after": iso(r["run_after"]), "started_at": iso(r["started_at"]),
-        "finished_at": iso(r["finished_at"]), "locked_by": r["locked_by"],
-        "locked_until": iso(r["locked_until"]), "last_outcome": r["last_outcome"],
-        "last_error": r["last_error"], "trace_id": r["trace_id"], "created_trace_id": r["created_trace_id"],
+        "schedule": r["schedule_name"],
+        "slot": iso(r["scheduled_for"]),
+        "status": status,
+        "origin": r["origin"],
+        "job": r["job"],
+        "args": r["args"],
+        "attempts": r["attempts"],
+        "failures": r["failures"],
+        "run_after": iso(r["run_after"]),
+        "started_at": iso(r["started_at"]),
+        "finished_at": iso(r["finished_at"]),
+        "locked_by": r["locked_by"],
+        "locked_until": iso(r["locked_until"]),
+        "last_outcome": r["last_outcome"],
+        "last_error": r["last_error"],
+        "trace_id": r["trace_id"],
+        "created_trace_id": r["created_trace_id"],
     }
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise UsageError(f"--limit: must be at least 1, got {args.limit}")
-    status, outcome = (("skipped", "discarded") if args.status == "discarded" else (args.status, None))
+    status, outcome = ("skipped", "discarded") if args.status == "discarded" else (args.status, None)
     with db(args) as conn:
         require_schedules(conn, [args.schedule])
         rows = conn.execute(
@@ -208,44 +250,83 @@ def cmd_runs(args: argparse.Namespace) -> int:
     elif not runs:
         print(f"no runs of {args.schedule}" + (f" with status {args.status}" if args.status else ""))
     else:
-        print(table(
-            ["SLOT", "STATUS", "ORIGIN", "ATTEMPTS", "STARTED", "FINISHED", "OUTCOME", "ERROR"],
-            [[r["slot"], r["status"], r["origin"], r["attempts"], moment(r["started_at"]),
-              moment(r["finished_at"]), r["last_outcome"], _first_line(r["last_error"], 60)] for r in runs],
-        ))
+        print(
+            table(
+                ["SLOT", "STATUS", "ORIGIN", "ATTEMPTS", "STARTED", "FINISHED", "OUTCOME", "ERROR"],
+                [
+                    [
+                        r["slot"],
+                        r["status"],
+                        r["origin"],
+                        r["attempts"],
+                        moment(r["started_at"]),
+                        moment(r["finished_at"]),
+                        r["last_outcome"],
+                        _first_line(r["last_error"], 60),
+                    ]
+                    for r in runs
+                ],
+            )
+        )
     return 0
 
 
-def slot_history(conn: psycopg.Connection[Any], schedule: str, slot: datetime) -> dict[str, Any]:
-    """The run at `slot` and every attempt of it, the one in flight included."""
+def slot_history(
+    conn: psycopg.Connection[Any], schedule: str, slot: datetime, jaeger: str = DEFAULT_JAEGER_URL
+) -> dict[str, Any]:
+    """The run at `slot` and every attempt of it, the one in flight included, and the Jaeger
+    search that finds every attempt's trace."""
     run = run_row(conn, schedule, slot)
     attempts = [
         {
-            "attempt": a["attempt"], "worker_id": a["worker_id"], "host": a["host"], "pid": a["pid"],
-            "started_at": iso(a["started_at"]), "finished_at": iso(a["finished_at"]), "outcome": a["outcome"],
-            "error": a["error"], "trace_id": a["trace_id"], "span_id": a["span_id"],
+            "attempt": a["attempt"],
+            "worker_id": a["worker_id"],
+            "host": a["host"],
+            "pid": a["pid"],
+            "started_at": iso(a["started_at"]),
+            "finished_at": iso(a["finished_at"]),
+            "outcome": a["outcome"],
+            "error": a["error"],
+            "trace_id": a["trace_id"],
+            "span_id": a["span_id"],
         }
         for a in conn.execute(q("attempt_list"), {"name": schedule, "slot": slot})
     ]
     if run["status"] == "running" and all(a["attempt"] != run["attempts"] for a in attempts):
         # the current attempt is recorded in the run row until it ends
-        attempts.append({
-            "attempt": run["attempts"], "worker_id": run["locked_by"], "host": run.get("locked_host"),
-            "pid": run.get("locked_pid"), "started_at": iso(run["started_at"]), "finished_at": None,
-            "outcome": "running", "error": None, "trace_id": run["trace_id"], "span_id": run["span_id"],
-        })
-    return {**_run_json(run), "attempt_history": attempts}
+        attempts.append(
+            {
+                "attempt": run["attempts"],
+                "worker_id": run["locked_by"],
+                "host": run.get("locked_host"),
+                "pid": run.get("locked_pid"),
+                "started_at": iso(run["started_at"]),
+                "finished_at": None,
+                "outcome": "running",
+                "error": None,
+                "trace_id": run["trace_id"],
+                "span_id": run["span_id"],
+            }
+        )
+    return {
+        **_run_json(run),
+        "created_span_id": run["created_span_id"],
+        "attempt_history": attempts,
+        "jaeger_url": jaeger_search_url(jaeger, schedule, slot),
+    }
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     slot = parse_instant(args.slot, "SLOT")
     with db(args) as conn:
-        h = slot_history(conn, args.schedule, slot)
+        h = slot_history(conn, args.schedule, slot, jaeger_base(args))
     if args.json:
         print_json(h)
         return 0
-    print(f"{h['schedule']} @ {h['slot']}: {h['status']} (origin {h['origin']}, job {h['job']}, "
-          f"{h['attempts']} attempt(s), {h['failures']} counted as failures)")
+    print(
+        f"{h['schedule']} @ {h['slot']}: {h['status']} (origin {h['origin']}, job {h['job']}, "
+        f"{h['attempts']} attempt(s), {h['failures']} counted as failures)"
+    )
     if h["status"] == "pending":
         print(f"due at {h['run_after']}")
     if h["last_error"]:
@@ -255,21 +336,118 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not h["attempt_history"]:
         print("no attempt yet")
         return 0
-    print(table(
-        ["ATTEMPT", "WORKER", "HOST", "PID", "STARTED", "ENDED", "OUTCOME", "TRACE", "ERROR"],
-        [[a["attempt"], a["worker_id"], a["host"], a["pid"], moment(a["started_at"]),
-          moment(a["finished_at"]), a["outcome"], a["trace_id"], _first_line(a["error"])]
-         for a in h["attempt_history"]],
-    ))
+    print(
+        table(
+            ["ATTEMPT", "WORKER", "HOST", "PID", "STARTED", "ENDED", "OUTCOME", "TRACE", "SPAN", "ERROR"],
+            [
+                [
+                    a["attempt"],
+                    a["worker_id"],
+                    a["host"],
+                    a["pid"],
+                    moment(a["started_at"]),
+                    moment(a["finished_at"]),
+                    a["outcome"],
+                    a["trace_id"],
+                    a["span_id"],
+                    _first_line(a["error"]),
+                ]
+                for a in h["attempt_history"]
+            ],
+        )
+    )
+    print(f"jaeger: {h['jaeger_url']}")
     return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Each attempt's trace and span ids, and the Jaeger search for the slot."""
+    slot = parse_instant(args.slot, "SLOT")
+    with db(args) as conn:
+        h = slot_history(conn, args.schedule, slot, jaeger_base(args))
+    if args.json:
+        print_json(
+            {
+                "schedule": h["schedule"],
+                "slot": h["slot"],
+                "jaeger_url": h["jaeger_url"],
+                "created_trace_id": h["created_trace_id"],
+                "attempts": [
+                    {k: a[k] for k in ("attempt", "worker_id", "outcome", "trace_id", "span_id")}
+                    for a in h["attempt_history"]
+                ],
+            }
+        )
+        return 0
+    if h["created_trace_id"]:
+        print(f"created by: trace {h['created_trace_id']} span {h['created_span_id']}")
+    for a in h["attempt_history"]:
+        print(
+            f"attempt {a['attempt']}: trace {a['trace_id']} span {a['span_id']} "
+            f"({a['outcome']}, {a['worker_id']})"
+        )
+    print(f"jaeger: {h['jaeger_url']}")
+    return 0
+
+
+def cmd_dead(args: argparse.Namespace) -> int:
+    """Dead runs waiting for an operator (retry or discard), across schedules."""
+    with db(args) as conn:
+        require_schedules(conn, args.schedules)
+        rows = conn.execute(
+            q("run_dead_list"), {"names": list(args.schedules), "limit": args.limit}
+        ).fetchall()
+    runs = [
+        {
+            "schedule": r["schedule_name"],
+            "slot": iso(r["scheduled_for"]),
+            "attempts": r["attempts"],
+            "failures": r["failures"],
+            "finished_at": iso(r["finished_at"]),
+            "last_error": r["last_error"],
+            "trace_id": r["trace_id"],
+        }
+        for r in rows
+    ]
+    if args.json:
+        print_json(runs)
+    elif not runs:
+        print("no dead runs")
+    else:
+        print(
+            table(
+                ["SCHEDULE", "SLOT", "ATTEMPTS", "DIED", "ERROR"],
+                [
+                    [
+                        r["schedule"],
+                        r["slot"],
+                        r["attempts"],
+                        moment(r["finished_at"]),
+                        _first_line(r["last_error"]),
+                    ]
+                    for r in runs
+                ],
+            )
+        )
+    return 1 if runs else 0
+
+
+def jaeger_base(args: argparse.Namespace) -> str:
+    return str(getattr(args, "jaeger_url", None) or os.environ.get("FLEET_JAEGER_URL") or DEFAULT_JAEGER_URL)
 
 
 def live_processes(conn: psycopg.Connection[Any], now: datetime | None = None) -> list[dict[str, Any]]:
     """Tickers and workers seen within STALE_AFTER_S, with the runs each holds now."""
     return [
         {
-            "id": p["id"], "kind": p["kind"], "host": p["host"], "pid": p["pid"], "jobs": list(p["jobs"]),
-            "running": p["running"], "started_at": iso(p["started_at"]), "last_seen_at": iso(p["seen_at"]),
+            "id": p["id"],
+            "kind": p["kind"],
+            "host": p["host"],
+            "pid": p["pid"],
+            "jobs": list(p["jobs"]),
+            "running": p["running"],
+            "started_at": iso(p["started_at"]),
+            "last_seen_at": iso(p["seen_at"]),
             "last_seen_s_ago": round(p["seen_s_ago"], 3),
         }
         for p in conn.execute(q("process_list"), {"now": now, "stale_s": STALE_AFTER_S})
@@ -284,11 +462,24 @@ def cmd_workers(args: argparse.Namespace) -> int:
     elif not procs:
         print(f"no live ticker or worker (none seen in the last {STALE_AFTER_S}s)")
     else:
-        print(table(
-            ["ID", "KIND", "HOST", "PID", "RUNNING", "LAST SEEN", "STARTED", "JOBS"],
-            [[p["id"], p["kind"], p["host"], p["pid"], p["running"], f"{human(p['last_seen_s_ago'])} ago",
-              moment(p["started_at"]), ",".join(p["jobs"]) or "-"] for p in procs],
-        ))
+        print(
+            table(
+                ["ID", "KIND", "HOST", "PID", "RUNNING", "LAST SEEN", "STARTED", "JOBS"],
+                [
+                    [
+                        p["id"],
+                        p["kind"],
+                        p["host"],
+                        p["pid"],
+                        p["running"],
+                        f"{human(p['last_seen_s_ago'])} ago",
+                        moment(p["started_at"]),
+                        ",".join(p["jobs"]) or "-",
+                    ]
+                    for p in procs
+                ],
+            )
+        )
     return 0
 
 
@@ -321,6 +512,28 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("slot", metavar="SLOT", help=SLOT_HELP)
     p.add_argument("--json", action="store_true", help="JSON")
 
+    p.add_argument("--jaeger-url", help="Jaeger UI address [env FLEET_JAEGER_URL] (http://localhost:16686)")
+
+    p = sub.add_parser("trace", help="one slot's trace and span ids per attempt, and its Jaeger search link")
+    p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument("slot", metavar="SLOT", help=SLOT_HELP)
+    p.add_argument("--json", action="store_true", help="JSON")
+    p.add_argument("--jaeger-url", help="Jaeger UI address [env FLEET_JAEGER_URL] (http://localhost:16686)")
+
+    p = sub.add_parser("dead", help="dead runs waiting for retry or discard; exit 1 when there are any")
+    p.add_argument("schedules", nargs="*", metavar="SCHEDULE", help="only these schedules (default: all)")
+    p.add_argument(
+        "--limit", type=int, default=DEFAULT_RUNS_LIMIT, help=f"at most N runs ({DEFAULT_RUNS_LIMIT})"
+    )
+    p.add_argument("--json", action="store_true", help="a JSON list")
+
     p = sub.add_parser("workers", help=f"live tickers and workers (seen in the last {STALE_AFTER_S}s)")
     p.add_argument("--json", action="store_true", help="a JSON list")
-    return {"status": cmd_status, "runs": cmd_runs, "show": cmd_show, "workers": cmd_workers}
+    return {
+        "status": cmd_status,
+        "runs": cmd_runs,
+        "show": cmd_show,
+        "workers": cmd_workers,
+        "trace": cmd_trace,
+        "dead": cmd_dead,
+    }

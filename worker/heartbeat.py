@@ -56,9 +56,26 @@ class Heartbeat(threading.Thread):
         self.last_touch = 0.0
 
     def run(self) -> None:
+        # Leases are renewed every `heartbeat_s`; the registry row at least every _TOUCH_EVERY_S,
+        # so a worker with a long lease never ages out of `fleetctl workers`.
         period = self.worker.settings.heartbeat_s
-        while not self.halt.wait(period):
-            self.beat()
+        step = min(period, _TOUCH_EVERY_S)
+        next_beat = time.monotonic() + period
+        while not self.halt.wait(step):
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + period
+                self.beat()
+            elif time.monotonic() - self.last_touch >= _TOUCH_EVERY_S:
+                self.touch()
+
+    def touch(self) -> None:
+        w = self.worker
+        try:
+            with self.pool.connection(timeout=max(1.0, _TOUCH_EVERY_S)) as conn:
+                process_touch(conn, w.settings.worker_id, len(w.inflight))
+                self.last_touch = time.monotonic()
+        except Exception as e:  # noqa: BLE001 - the next beat tries again
+            logs.event("heartbeat_error", worker_id=w.settings.worker_id, error=str(e).strip()[:500])
 
     def beat(self) -> None:
         w = self.worker

@@ -245,3 +245,11 @@ LEFT JOIN LATERAL (
 ) h ON true
 WHERE r.status IN ('done', 'dead', 'skipped')
   AND r.finished_at > %(since)s AND r.finished_at <= %(until)s
+
+-- name: run_dead_list
+-- Dead runs an operator has not retried or discarded yet, oldest first.
+SELECT r.schedule_name, r.scheduled_for, r.attempts, r.failures, r.finished_at, r.last_error, r.trace_id
+FROM job_runs r
+WHERE r.status = 'dead' AND (cardinality(%(names)s::text[]) = 0 OR r.schedule_name = ANY(%(names)s::text[]))
+ORDER BY r.finished_at, r.schedule_name, r.scheduled_for
+LIMIT %(limit)s

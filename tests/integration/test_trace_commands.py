@@ -1,0 +1,72 @@
+"""`fleetctl show`, `trace` and `dead`: trace ids, the Jaeger search link, dead runs across schedules."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import orjson
+import psycopg
+import pytest
+
+from tests.helpers import apply_text
+from tests.integration.ops_support import fleetctl, fleetctl_json
+from worker.claim import run_claim
+from worker.finish import decide, run_finish
+
+SLOT = datetime(2026, 11, 2, 1, 0, tzinfo=timezone.utc)
+
+
+def one_failed_then_running(conn: psycopg.Connection[Any]) -> None:
+    apply_text(conn, '[[schedule]]\nname = "nightly"\nevery = "1d"\njob = "noop"\n'
+               'start_at = "2099-01-01T00:00:00Z"\n')
+    conn.execute("INSERT INTO job_runs (schedule_name, scheduled_for, job, run_after) VALUES ('nightly', %s, 'noop', %s)",
+                 (SLOT, SLOT))
+    (a,), _ = run_claim(conn, worker_id="w1", jobs=["noop"], limit=1, lease_s=30)
+    run_finish(conn, [(a, decide(a, "failed", "boom", rand=lambda: 0.0))], worker_id="w1")
+    run_claim(conn, worker_id="w2", jobs=["noop"], limit=1, lease_s=30)
+
+
+def test_show_and_trace_print_each_attempts_ids_and_a_jaeger_link(
+    conn: psycopg.Connection[Any], db_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one_failed_then_running(conn)
+    ids = conn.execute("SELECT trace_id, span_id FROM job_attempts").fetchone()
+    current = conn.execute("SELECT trace_id, span_id FROM job_runs").fetchone()
+    assert ids and current
+    monkeypatch.setenv("FLEET_JAEGER_URL", "http://jaeger.internal:16686")
+    code, out, _ = fleetctl(capsys, db_url, "show", "nightly", "2026-11-02T01:00:00Z")
+    assert code == 0
+    for value in (*ids.values(), *current.values()):
+        assert value in out
+    link = next(line for line in out.splitlines() if line.startswith("jaeger: ")).removeprefix("jaeger: ")
+    url = urlparse(link)
+    assert url.netloc == "jaeger.internal:16686" and url.path == "/search"
+    tags = orjson.loads(parse_qs(url.query)["tags"][0])
+    assert tags == {"fleet.schedule": "nightly", "fleet.slot": "2026-11-02T01:00:00Z"}
+
+    code, out, _ = fleetctl(capsys, db_url, "trace", "nightly", "2026-11-02T01:00:00Z")
+    assert code == 0
+    assert f"attempt 1: trace {ids['trace_id']} span {ids['span_id']} (failed, w1)" in out
+    assert f"attempt 2: trace {current['trace_id']} span {current['span_id']} (running, w2)" in out
+    _, data = fleetctl_json(capsys, db_url, "trace", "nightly", "2026-11-02T01:00:00Z")
+    assert [a["trace_id"] for a in data["attempts"]] == [ids["trace_id"], current["trace_id"]]
+
+    code, _, err = fleetctl(capsys, db_url, "trace", "nope", "2026-11-02T01:00:00Z")
+    assert code == 2 and "nope" in err
+
+
+def test_dead_lists_dead_runs_and_exits_1(
+    conn: psycopg.Connection[Any], db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    apply_text(conn, '[[schedule]]\nname = "a"\nevery = "1d"\njob = "noop"\nstart_at = "2099-01-01T00:00:00Z"\n')
+    assert fleetctl(capsys, db_url, "dead")[:2] == (0, "no dead runs\n")
+    conn.execute("INSERT INTO job_runs (schedule_name, scheduled_for, job, run_after) VALUES ('a', %s, 'noop', %s)",
+                 (SLOT, SLOT))
+    (a,), _ = run_claim(conn, worker_id="w", jobs=["noop"], limit=1, lease_s=30)
+    run_finish(conn, [(a, decide(a, "permanent", "Permanent: bad input"))], worker_id="w")
+    code, data = fleetctl_json(capsys, db_url, "dead")
+    assert code == 1 and [(d["schedule"], d["slot"]) for d in data] == [("a", "2026-11-02T01:00:00Z")]
+    assert "bad input" in data[0]["last_error"]
+    assert fleetctl(capsys, db_url, "dead", "missing")[0] == 2
