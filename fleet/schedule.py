@@ -25,12 +25,12 @@ from __future__ import annotations
 import heapq
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from functools import lru_cache
-from typing import Final, Literal
+from typing import Any, Final, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -271,6 +271,18 @@ def nominal_interval(t: Timing, at: datetime) -> timedelta:
     if first is None or second is None:
         raise TimingError(f'cron: does not fire twice around {_iso(moment)} ("{t.cron}")')
     return second - first
+
+
+def timing_of(row: Mapping[str, Any]) -> Timing:
+    """The Timing a `schedules` row describes (columns every, cron, timezone, start_at, dst_*)."""
+    return Timing(
+        every=row["every"],
+        cron=row["cron"],
+        timezone=row["timezone"],
+        anchor=row["start_at"],
+        dst_repeated=row["dst_repeated"],
+        dst_missing=row["dst_missing"],
+    )
 
 
 def describe(t: Timing) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from fleet.queries import q
-from fleet.schedule import Timing, TimingError, parse_duration
+from fleet.schedule import TimingError, parse_duration
 from ops.cli import UsageError
 
 
@@ -35,14 +35,6 @@ def iso(value: datetime | None) -> str | None:
     if value is None:
         return None
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def timing_of(row: dict[str, Any]) -> Timing:
-    """The Timing a `schedules` row describes."""
-    return Timing(
-        every=row["every"], cron=row["cron"], timezone=row["timezone"], anchor=row["start_at"],
-        dst_repeated=row["dst_repeated"], dst_missing=row["dst_missing"],
-    )
 
 
 def require_schedules(conn: psycopg.Connection[Any], names: list[str]) -> None:

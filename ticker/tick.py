@@ -11,7 +11,7 @@ import psycopg
 from fleet import logs
 from fleet.catchup import plan_slots
 from fleet.queries import q
-from fleet.schedule import Timing
+from fleet.schedule import timing_of
 
 
 @dataclass
@@ -21,17 +21,6 @@ class TickResult:
     skipped: int = 0  # rows recorded as skipped (max_lateness)
     missed: int = 0  # slots dropped by catch-up policy
     still_due: bool = False  # a batch or a catch-up limit was full: tick again at once
-
-
-def timing_of(row: dict[str, Any]) -> Timing:
-    return Timing(
-        every=row["every"],
-        cron=row["cron"],
-        timezone=row["timezone"],
-        anchor=row["start_at"],
-        dst_repeated=row["dst_repeated"],
-        dst_missing=row["dst_missing"],
-    )
 
 
 def run_once(
