@@ -6,7 +6,9 @@ the database names a job, it can never make a worker run anything else.
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -62,6 +64,10 @@ class JobContext:
     worker_id: str
     job: str = ""
     cancel_event: threading.Event = field(default_factory=threading.Event)
+    # Monotonic instant until which the worker trusts its lease (moved on by each heartbeat). Past
+    # it the attempt counts as cancelled at once, before any database round trip tells so: a worker
+    # paused past its lease must not go on to side effects when it wakes.
+    lease_deadline: Callable[[], float] = field(default=lambda: math.inf)
 
     @property
     def idempotency_key(self) -> str:
@@ -70,13 +76,27 @@ class JobContext:
     @property
     def cancelled(self) -> bool:
         """True once the attempt must stop: lease lost, timed out, or the worker is shutting down."""
-        return self.cancel_event.is_set()
+        if self.cancel_event.is_set():
+            return True
+        if time.monotonic() > self.lease_deadline():
+            self.cancel_event.set()
+            return True
+        return False
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds`, returning True early if the attempt is cancelled."""
-        return self.cancel_event.wait(seconds)
+        end = time.monotonic() + seconds
+        while True:
+            now = time.monotonic()
+            if self.cancelled:
+                return True
+            if now >= end:
+                return False
+            # Wake at the lease deadline too: a heartbeat may have moved it on, or it has run out.
+            if self.cancel_event.wait(min(end, self.lease_deadline()) - now + 0.001):
+                return True
 
     def check(self) -> None:
         """Raise `Cancelled` if the attempt was cancelled."""
-        if self.cancel_event.is_set():
+        if self.cancelled:
             raise Cancelled("the attempt was cancelled")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import socket
 import threading
 import time
@@ -64,7 +65,7 @@ class Attempt:
     state: State = "running"
     cancel: threading.Event = field(default_factory=threading.Event)
     started_mono: float = field(default_factory=time.monotonic)
-    lease_deadline_mono: float = 0.0
+    lease_deadline_mono: float = math.inf  # set from the claim: trusted until then, locally
     verdict: tuple[str, str | None] = ("", None)  # set by the handler thread when it returns
     returned: bool = False  # the handler has returned (its verdict is set)
     span: Any = None  # the attempt's open trace span (fleet.telemetry), made by the first thread needing it
@@ -125,6 +126,7 @@ class Attempt:
             worker_id=worker_id,
             job=self.job,
             cancel_event=self.cancel,
+            lease_deadline=lambda: self.lease_deadline_mono,
         )
 
 

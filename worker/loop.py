@@ -25,6 +25,7 @@ from worker.listen import Listener
 
 _STOP_POLL_S = 0.05
 _HANDBACK_WAIT_S = 5.0
+_GATHER_S = 0.002
 
 
 @dataclass
@@ -179,6 +180,8 @@ class Worker:
             with self.lock:
                 self.inflight.pop(a.key, None)
             verdict, error = a.verdict
+            if a.state == "running" and verdict == "cancelled" and time.monotonic() > a.lease_deadline_mono:
+                self.fence(a, "lease expired: not renewed in time (the worker was paused or cut off)")
             if a.state == "running":
                 if verdict == "cancelled":
                     verdict = "failed"  # the handler gave up by itself
@@ -327,8 +330,15 @@ class Worker:
     def _rounds(self, conn: psycopg.Connection[Any]) -> None:
         s = self.settings
         grace_end: float | None = None
+        target = min(s.concurrency, s.claim_batch)
         while True:
             self.wake.clear()
+            if target > 1 and self.inflight and not self.stop.is_set():
+                # Fast handlers free their slots a few at a time: let a round gather at least half a
+                # batch (for a moment at most) so the fixed cost of a round is shared by many runs.
+                free = s.concurrency - len(self.inflight) + self.done.qsize()
+                if 0 < free < target // 2:
+                    time.sleep(_GATHER_S)
             with logs.batched():
                 r = self.run_once(conn)
             if self.stop.is_set():

@@ -165,8 +165,11 @@ ungate AS (
       AND s.name = f.schedule_name AND s.running_slot = f.scheduled_for
     RETURNING s.name
 )
+-- Wake idle workers when a run became claimable: a gate was freed, a run was handed back, or a
+-- retry was planned (they recompute how long to sleep).
 SELECT f.schedule_name, f.scheduled_for, f.status,
-       (SELECT count(pg_notify('fleet_runs', '')) FROM (SELECT 1 FROM ungate LIMIT 1) u) AS woke
+       (SELECT count(pg_notify('fleet_runs', ''))
+        FROM (SELECT 1 FROM ungate UNION ALL SELECT 1 FROM fin WHERE status = 'pending' LIMIT 1) u) AS woke
 FROM fin f
 
 -- name: run_next_wait

@@ -1,0 +1,67 @@
+"""A run handed back on graceful shutdown is retaken at once by an idle worker, not at its next poll.
+
+The hand-back wakes idle workers (NOTIFY), so the run does not wait for their next poll. Under a
+steady load the ticker's NOTIFY for new slots would hide such a wait, so this test runs no ticker.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tests.helpers import Proc, apply_text, env_for, processes, wait_for, worker_cmd
+
+
+def events(tmp: Path) -> list[list[str]]:
+    f = tmp / "events.log"
+    return [line.split() for line in f.read_text().splitlines()] if f.exists() else []
+
+
+def test_handed_back_run_is_retaken_without_waiting_for_a_poll(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    apply_text(
+        conn,
+        '[[schedule]]\nname = "s"\nevery = "1d"\njob = "sleep"\nargs = { seconds = 30 }\n'
+        'start_at = "2099-01-01T00:00:00Z"\n',
+    )
+    conn.execute(
+        "INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
+        "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM schedules"
+    )
+    flags = ["--lease", "20", "--heartbeat", "2", "--poll", "5", "--grace", "0.2"]
+    with processes() as procs:
+        a = Proc(
+            worker_cmd("--app", "fleet_test_jobs", "--id", "a", *flags),
+            env_for(db_url, FLEET_TEST_DIR=str(tmp_path)),
+            tmp_path / "a.log",
+        )
+        procs.append(a)
+        wait_for(lambda: any(e[0] == "start" for e in events(tmp_path)), what="a to start the run")
+        procs.append(
+            Proc(
+                worker_cmd("--app", "fleet_test_jobs", "--id", "b", *flags),
+                env_for(db_url, FLEET_TEST_DIR=str(tmp_path)),
+                tmp_path / "b.log",
+            )
+        )
+        wait_for(
+            lambda: conn.execute("SELECT count(*) AS n FROM fleet_processes WHERE id = 'b'").fetchone()["n"],
+            what="b to be up",
+        )
+        time.sleep(0.5)  # b has looked for work, found none, and sleeps
+        a.signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        wait_for(
+            lambda: any(e[0] == "start" and e[3] == "b" for e in events(tmp_path)),
+            timeout=20,
+            what="b to retake the handed-back run",
+        )
+        retaken_after = time.monotonic() - stopped
+        assert a.wait(10) == 0
+    # grace 0.2 s, then the hand-back: an idle worker should start the run well within a second.
+    assert retaken_after < 1.5, f"retaken {retaken_after:.1f} s after SIGTERM (poll 5 s)"
