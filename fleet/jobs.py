@@ -53,6 +53,41 @@ def slot_iso(slot: datetime) -> str:
     return slot.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+class CancelSignal:
+    """A one-way cancellation flag that can be waited on.
+
+    Like `threading.Event`, but the event (a lock and a condition) is only made when someone waits:
+    most attempts end without anyone waiting on, or setting, their signal.
+    """
+
+    __slots__ = ("_event", "_lock", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: threading.Event | None = None
+        self._lock = threading.Lock()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        with self._lock:
+            self._set = True
+            if self._event is not None:
+                self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Block until set or `timeout` seconds pass; True when set."""
+        if self._set:
+            return True
+        with self._lock:
+            if self._event is None:
+                self._event = threading.Event()
+                if self._set:
+                    self._event.set()
+        return self._event.wait(max(0.0, timeout))
+
+
 @dataclass
 class JobContext:
     """What a handler knows about its attempt. Long handlers should watch `cancelled`."""
@@ -63,7 +98,7 @@ class JobContext:
     args: dict[str, Any]
     worker_id: str
     job: str = ""
-    cancel_event: threading.Event = field(default_factory=threading.Event)
+    cancel_event: CancelSignal = field(default_factory=CancelSignal)
     # Monotonic instant until which the worker trusts its lease (moved on by each heartbeat). Past
     # it the attempt counts as cancelled at once, before any database round trip tells so: a worker
     # paused past its lease must not go on to side effects when it wakes.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import socket
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ from typing import Any, Literal
 
 from fleet import telemetry
 from fleet.errors import Cancelled, Permanent
-from fleet.jobs import Handler, JobContext, idempotency_key
+from fleet.jobs import CancelSignal, Handler, JobContext, idempotency_key
 
 # running: the handler runs and this worker owns the lease.
 # recorded: the outcome is decided (finished, timed out, handed back); the thread may still run.
@@ -63,7 +62,7 @@ class Attempt:
     prev_locked_until: datetime | None = None
     origin: str = "schedule"
     state: State = "running"
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: CancelSignal = field(default_factory=CancelSignal)
     started_mono: float = field(default_factory=time.monotonic)
     lease_deadline_mono: float = math.inf  # set from the claim: trusted until then, locally
     verdict: tuple[str, str | None] = ("", None)  # set by the handler thread when it returns
