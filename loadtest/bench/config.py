@@ -1,0 +1,78 @@
+"""What one benchmark run measures (its options) and what it holds while it runs (server, processes)."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadtest.bench.procs import Processes
+from loadtest.bench.server import Server
+
+SECTIONS = ("limit", "drain", "lag", "ticker", "history", "reclaim", "peers")
+# Left out of --quick unless named with --only: they take minutes.
+SLOW_SECTIONS = ("history", "peers")
+
+# The worker flags every fleet measurement uses (the issue's, equal to the defaults for --claim-batch).
+WORKER_FLAGS = ("--concurrency", "100", "--claim-batch", "100")
+BATCH = 100  # runs per claim, and rows per claim in the batched pgbench script
+
+
+@dataclass(frozen=True)
+class Options:
+    sections: tuple[str, ...]
+    quick: bool
+    repeat: int
+    backlog: int  # due no-op runs per drain trial
+    workers: tuple[int, ...]  # fleet-worker process counts for the drain
+    clients: tuple[int, ...]  # pgbench client counts
+    lag_s: float  # how long the every-second schedule runs
+    burst_s: float  # how long the 1,000-schedule test runs (bursts every 10 s)
+    schedules: int  # schedules for the ticker's rate and CPU
+    ticker_cpu_s: float  # how long the ticker's CPU is sampled
+    history_rows: int  # finished rows under the drain in the history variant
+    kills: int  # SIGKILLs in the reclaim test
+    lease_s: float  # lease in the reclaim test
+
+
+def options(
+    sections: tuple[str, ...], quick: bool, repeat: int | None, backlog: int | None, workers: tuple[int, ...]
+) -> Options:
+    """Full sizes, or the --quick ones (a smoke test: one repetition, short runs)."""
+    return Options(
+        sections=sections,
+        quick=quick,
+        repeat=repeat if repeat is not None else (1 if quick else 3),
+        backlog=backlog if backlog is not None else (10_000 if quick else 50_000),
+        workers=workers,
+        clients=(2, 4, 8),
+        lag_s=8.0 if quick else 30.0,
+        burst_s=12.0 if quick else 35.0,
+        schedules=2_000 if quick else 10_000,
+        ticker_cpu_s=62.0 if quick else 122.0,
+        history_rows=500_000 if quick else 5_000_000,
+        kills=5 if quick else 20,
+        lease_s=2.0,
+    )
+
+
+class Bench:
+    """The run's shared state: options, the server with its scratch databases, started processes."""
+
+    def __init__(self, opts: Options, server: Server, log_dir: Path | None = None) -> None:
+        self.opts = opts
+        self.server = server
+        self.procs = Processes()
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="fleet-bench-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+
+    def selected(self, section: str) -> bool:
+        return section in self.opts.sections
+
+    def log(self, name: str) -> Path:
+        """A log file for one process (overwritten by the next trial that uses the same name)."""
+        return self.log_dir / f"{name}.log"
+
+    def close(self) -> None:
+        self.procs.stop_all()
+        self.server.drop_all()

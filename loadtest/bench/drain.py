@@ -1,0 +1,239 @@
+"""Draining a backlog of due no-op runs with W worker processes: runs/s from the database (first
+claim to last finish), database transactions per run, peak RSS and CPU per run. The peers' drains
+run interleaved with fleet's, so drift on a noisy machine hits them alike."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import psycopg
+
+from fleet.db import connect
+from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
+from loadtest.bench.config import WORKER_FLAGS, Bench
+from loadtest.bench.procs import Proc, env_for, fleet_cmd
+from loadtest.bench.report import Report, median
+from loadtest.bench.server import checkpoint, settle_stats, wait_until
+
+POLL_S = 0.2
+OPEN_RUNS = "SELECT EXISTS (SELECT 1 FROM job_runs WHERE status IN ('pending', 'running')) AS open"
+
+
+@dataclass(frozen=True)
+class Trial:
+    runs: int
+    seconds: float  # first claim to last finish, from the database
+    transactions: int  # the workers' database transactions during the trial
+    peak_rss_kib: int  # largest VmHWM among the worker processes, read before they were stopped
+    cpu_s: float  # CPU time of the worker processes, all of their lifetime
+
+    @property
+    def rate(self) -> float:
+        return self.runs / self.seconds if self.seconds > 0 else float("nan")
+
+
+class Contender(Protocol):
+    key: str  # "fleet.w2", "pgqueuer.b100", ...
+    label: str
+    processes: int
+    backlog_cap: int | None  # a smaller backlog for a contender too slow for the full one
+
+    def trial(self, bench: Bench, n: int) -> Trial: ...
+
+
+def drain_trial(
+    bench: Bench,
+    url: str,
+    *,
+    start: Callable[[], list[Proc]],
+    ready: Callable[[], bool],
+    load: Callable[[], int],
+    still_open: str,
+    measure: Callable[[psycopg.Connection[Any]], tuple[int, float]],
+    n: int,
+) -> Trial:
+    """Start the workers, wait until they are `ready`, `load` the backlog in one transaction (visible
+    to all at once; it returns the transactions it made, counting its connection), wait until nothing
+    is open, read RSS and CPU, stop the workers, then read the figures. `still_open` is a query
+    returning one row with a boolean `open`; `measure` returns (runs done, seconds from first start
+    to last finish)."""
+    procs = start()
+    try:
+        wait_until(ready, 60, "the workers to be ready", procs=bench.procs, watched=procs)
+        time.sleep(0.5)
+        settle_stats()
+        before = bench.server.transactions(url)
+        own = load()  # transactions of the benchmark's own sessions, subtracted below
+        with connect(url, "fleet-bench monitor") as conn:
+            own += 1  # opening a session counts one
+
+            def done() -> bool:
+                nonlocal own
+                own += 1
+                row = conn.execute(still_open).fetchone()
+                return bool(row and not row["open"])
+
+            wait_until(done, max(120.0, n / 100), "the backlog to drain", POLL_S, bench.procs, procs)
+        rss = max(p.peak_rss_kib() for p in procs)
+        cpu = sum(p.cpu_s() for p in procs)
+    finally:
+        bench.procs.stop(procs)
+    settle_stats()
+    transactions = bench.server.transactions(url) - before - own
+    with connect(url, "fleet-bench") as conn:
+        runs, seconds = measure(conn)
+    if runs != n:
+        raise RuntimeError(f"{runs} of {n} runs were done")
+    return Trial(runs, seconds, transactions, rss, cpu)
+
+
+class FleetDrain:
+    """W fleet-worker processes, --concurrency 100 --claim-batch 100, logs to files."""
+
+    backlog_cap: int | None = None
+
+    def __init__(
+        self,
+        url: str,
+        workers: int,
+        key: str = "",
+        reset: Callable[[psycopg.Connection[Any]], None] = reset_runs,
+    ) -> None:
+        self.url = url
+        self.processes = workers
+        self.key = key or f"fleet.w{workers}"
+        self.label = f"fleet, {workers} worker{'s' if workers > 1 else ''}"
+        self.reset = reset
+
+    def trial(self, bench: Bench, n: int) -> Trial:
+        with connect(self.url, "fleet-bench") as conn:
+            self.reset(conn)
+            checkpoint(conn)
+
+        def start() -> list[Proc]:
+            return [
+                bench.procs.start(
+                    fleet_cmd(
+                        "fleet-worker", "--app", "loadtest.bench.jobs", "--id", f"bench-{i}", *WORKER_FLAGS
+                    ),
+                    env_for(self.url),
+                    bench.log(f"drain-{self.key}-{i}"),
+                )
+                for i in range(self.processes)
+            ]
+
+        def load() -> int:
+            with connect(self.url, "fleet-bench load") as conn, conn.transaction():
+                insert_runs(conn, n)
+                conn.execute("SELECT pg_notify('fleet_runs', '')")
+            return 2  # the session and its transaction
+
+        def measure(conn: psycopg.Connection[Any]) -> tuple[int, float]:
+            row = conn.execute(
+                "SELECT count(*) AS n, extract(epoch FROM max(finished_at) - min(started_at))::float8 AS s "
+                "FROM job_attempts WHERE outcome = 'done'"
+            ).fetchone()
+            assert row is not None
+            return int(row["n"]), float(row["s"] or 0)
+
+        return drain_trial(
+            bench,
+            self.url,
+            start=start,
+            ready=lambda: bench.server.listeners(self.url) >= self.processes,
+            load=load,
+            still_open=OPEN_RUNS,
+            measure=measure,
+            n=n,
+        )
+
+
+def run(bench: Bench, report: Report) -> None:
+    contenders: list[Contender] = []
+    if bench.selected("drain"):
+        url = bench.server.database("drain")
+        with connect(url, "fleet-bench") as conn:
+            add_schedule(conn)
+        contenders += [FleetDrain(url, w) for w in bench.opts.workers]
+    if bench.selected("peers"):
+        from loadtest.bench import peer_pgqueuer, peer_procrastinate
+
+        contenders += peer_pgqueuer.drain_contenders(bench)
+        contenders += peer_procrastinate.drain_contenders(bench)
+    trials: dict[str, list[Trial]] = {c.key: [] for c in contenders}
+    for rep in range(bench.opts.repeat):
+        for c in contenders:
+            t = c.trial(bench, backlog(bench, c))
+            trials[c.key].append(t)
+            print(f"  drain {c.key} #{rep + 1}: {t.rate:,.0f} runs/s", flush=True)
+    for c in contenders:
+        ts = trials[c.key]
+        report.add(
+            f"drain.{c.key}",
+            f"drain {backlog(bench, c):,} no-op runs: {c.label}",
+            median([t.rate for t in ts]),
+            "runs/s",
+            trials=[t.rate for t in ts],
+        )
+    _resources(report, contenders, trials)
+    report.note(
+        "drain: runs/s = runs / (first start .. last finish) read from the database (fleet: job_attempts "
+        "started_at/finished_at; procrastinate: procrastinate_events; pgqueuer: pgqueuer_log), median of "
+        "the trials; the backlog is inserted in one transaction once every worker listens. fleet workers run "
+        f"with {' '.join(WORKER_FLAGS)}, OTEL_TRACES_EXPORTER=none, logs to files; the peers with their "
+        "defaults and their logs to files. Trials of all contenders are interleaved"
+    )
+
+
+def backlog(bench: Bench, c: Contender) -> int:
+    return min(bench.opts.backlog, c.backlog_cap or bench.opts.backlog)
+
+
+def _resources(report: Report, contenders: Sequence[Contender], trials: dict[str, list[Trial]]) -> None:
+    fleet_keys = [c.key for c in contenders if c.key.startswith("fleet.")]
+    for c in contenders:
+        ts = trials[c.key]
+        if c.key in fleet_keys[1:]:
+            continue  # for fleet, the first worker count stands for all
+        report.add(
+            f"drain.{c.key}.transactions_per_run",
+            f"database transactions per run: {c.label}",
+            median([t.transactions / t.runs for t in ts]),
+            "xact/run",
+            trials=[t.transactions / t.runs for t in ts],
+        )
+        report.add(
+            f"drain.{c.key}.cpu_us_per_run",
+            f"worker CPU per run (whole process lifetime): {c.label}",
+            median([t.cpu_s / t.runs * 1e6 for t in ts]),
+            "us/run",
+            trials=[t.cpu_s / t.runs * 1e6 for t in ts],
+        )
+    fleet = [t for c in contenders if c.key.startswith("fleet.") for t in trials[c.key]]
+    if fleet:
+        report.add(
+            "drain.fleet.peak_rss",
+            "fleet-worker peak RSS (VmHWM before exit, largest of all drain workers)",
+            max(t.peak_rss_kib for t in fleet) / 1024,
+            "MiB",
+            target="< 60",
+            ok=lambda v: v < 60,
+        )
+    for c in contenders:
+        if not c.key.startswith("fleet."):
+            report.add(
+                f"drain.{c.key}.peak_rss",
+                f"peak RSS of one worker process: {c.label}",
+                max(t.peak_rss_kib for t in trials[c.key]) / 1024,
+                "MiB",
+            )
+    report.note(
+        "transactions per run: pg_stat_database xact_commit + xact_rollback of the trial's database over "
+        "the trial (worker start to exit), minus the benchmark's own monitoring transactions, divided by "
+        "the runs (pg_stat_statements is not available on the embedded server). A fleet worker sends each "
+        "transaction (finish + next claim) as one pipelined round trip, so for fleet this is round trips "
+        "per run"
+    )

@@ -1,0 +1,126 @@
+"""PostgreSQL's own limit on this machine: pgbench running the claim and finish statements of a job
+queue, and a single-row update, on fleet's job_runs table, with 2, 4 and 8 clients."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleet.db import connect
+from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
+from loadtest.bench.config import BATCH, Bench
+from loadtest.bench.report import Report
+from loadtest.bench.server import checkpoint
+
+HERE = Path(__file__).resolve().parent.parent
+UPDATE_ROWS = 10_000
+
+
+@dataclass(frozen=True)
+class Script:
+    key: str
+    file: str
+    batch: int  # rows per claim; 0 for the update script
+    label: str
+
+
+SCRIPTS = (
+    Script("claim_finish.b1", "pgbench_claim_finish.sql", 1, "claim + finish, 1 row/claim, 2 commits"),
+    Script(
+        "claim_finish.b100",
+        "pgbench_claim_finish.sql",
+        BATCH,
+        f"claim + finish, {BATCH} rows/claim, 2 commits",
+    ),
+    Script("finish_claim.b1", "pgbench_finish_claim.sql", 1, "finish + claim, 1 row/claim, 1 commit"),
+    Script(
+        "finish_claim.b100",
+        "pgbench_finish_claim.sql",
+        BATCH,
+        f"finish + claim, {BATCH} rows/claim, 1 commit",
+    ),
+    Script("update", "pgbench_update.sql", 0, "single-row update by key"),
+)
+
+
+def pgbench_binary() -> str:
+    """The pgbench shipped with the embedded server (same version), else the one on PATH."""
+    try:
+        import pgserver
+
+        bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pgbench"
+        if bundled.exists():
+            return str(bundled)
+    except ImportError:
+        pass
+    found = shutil.which("pgbench")
+    if not found:
+        raise RuntimeError("pgbench not found (install PostgreSQL's client tools)")
+    return found
+
+
+def run_pgbench(url: str, script: Script, clients: int, transactions: int) -> float:
+    """tps (script executions per second, without connection time) of one pgbench run."""
+    argv = [
+        pgbench_binary(), "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, 2)),
+        "-t", str(transactions), "-f", str(HERE / script.file),
+        "-D", f"batch={max(script.batch, 1)}", "-D", f"rows={UPDATE_ROWS}", url,
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    out = done.stdout + done.stderr
+    processed = re.search(r"number of transactions actually processed: (\d+)/(\d+)", out)
+    failed = re.search(r"number of failed transactions: (\d+)", out)
+    tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
+    if done.returncode != 0 or not processed or not tps or processed.group(1) != processed.group(2):
+        raise RuntimeError(f"pgbench failed ({' '.join(argv[:-1])}):\n{out[-2000:]}")
+    if failed and int(failed.group(1)):
+        raise RuntimeError(f"pgbench: {failed.group(1)} failed transactions:\n{out[-2000:]}")
+    return float(tps.group(1))
+
+
+def run(bench: Bench, report: Report) -> None:
+    url = bench.server.database("limit")
+    quick = bench.opts.quick
+    jobs_per_run = {1: 5_000 if quick else 20_000, BATCH: 50_000 if quick else 200_000}
+    with connect(url, "fleet-bench") as conn:
+        add_schedule(conn)
+    for script in SCRIPTS:
+        per_client: list[float] = []
+        for clients in bench.opts.clients:
+            if script.batch:
+                per_run = max(1, jobs_per_run[script.batch] // (clients * script.batch))
+                rows = (per_run + 1) * clients * script.batch
+            else:
+                per_run = (10_000 if quick else 40_000) // clients
+                rows = UPDATE_ROWS
+            with connect(url, "fleet-bench") as conn:
+                reset_runs(conn)
+                insert_runs(conn, rows)
+                conn.execute("VACUUM ANALYZE job_runs")
+                checkpoint(conn)
+            tps = run_pgbench(url, script, clients, per_run)
+            per_client.append(tps * script.batch if script.batch else tps)
+            if script.batch:
+                with connect(url, "fleet-bench") as conn:
+                    row = conn.execute("SELECT count(*) AS n FROM job_runs WHERE status = 'done'").fetchone()
+                expected = per_run * clients * script.batch
+                floor = expected - clients * script.batch  # finish+claim leaves its last claim running
+                if not row or not floor <= row["n"] <= expected:
+                    raise RuntimeError(f"pgbench {script.key}: {row} rows done, expected about {expected}")
+        unit = "jobs/s" if script.batch else "tps"
+        report.add(
+            f"limit.{script.key}",
+            f"pgbench {script.label} ({'/'.join(map(str, bench.opts.clients))} clients)",
+            max(per_client),
+            unit,
+            trials=per_client,
+            note="best over the client counts; trials are per client count",
+        )
+    report.note(
+        "limit: pgbench on fleet's own job_runs table (same indexes), one run per client count, -M prepared; "
+        "value = best of the client counts, trials = each client count. The scripts only claim and finish: "
+        "no history row, no trace ids, no schedule join, which fleet's statements also do"
+    )

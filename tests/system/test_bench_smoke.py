@@ -1,0 +1,33 @@
+"""The benchmark runs end to end in its quick form: it prints the table and writes JSON with positive
+figures. No timing is asserted: this machine's speed is not the test's business."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import ROOT
+
+
+def test_quick_bench_prints_the_table_and_writes_json(server_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    argv = [sys.executable, "-m", "loadtest.bench", "--quick", "--only", "drain,lag"]
+    argv += ["--database-url", server_url, "--json", str(out), "--log-dir", str(tmp_path / "logs")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "section" in done.stdout and "drain 10,000 no-op runs" in done.stdout, done.stdout
+    doc = json.loads(out.read_text())
+    figures = {f["key"]: f["value"] for f in doc["figures"]}
+    for key in (
+        "drain.fleet.w1",
+        "drain.fleet.w2",
+        "drain.fleet.w4",
+        "drain.fleet.peak_rss",
+        "drain.fleet.w1.transactions_per_run",
+        "lag.fleet.every_second.p50",
+        "lag.fleet.burst.p99",
+    ):
+        assert figures.get(key) is not None and figures[key] > 0, (key, figures.get(key))
+    assert doc["meta"]["quick"] is True
