@@ -50,7 +50,7 @@ def resolve_url(url: str | None, base_dir: Path | None = None) -> str:
 
 def redact(url: str) -> str:
     """The URL with any password replaced, safe to log."""
-    url = re.sub(r"(://[^:/@?]*:)[^@/?]*@", r"\1***@", url)
+    url = re.sub(r"(://[^:/@?]*:)[^@/?]+@", r"\1***@", url)
     return re.sub(r"(password=)[^&\s]*", r"\1***", url)
 
 

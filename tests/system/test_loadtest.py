@@ -42,8 +42,15 @@ class Finished:
 
 def loadtest(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "OTEL_"))}
-    return subprocess.run([sys.executable, "-m", "loadtest", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "loadtest", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +59,17 @@ def finished() -> Iterator[Finished]:
     workdir.chmod(0o755)  # the embedded PostgreSQL runs as its own user when the tests run as root
     server = os.environ.get("FLEET_DATABASE_URL")
     restart_cmd = os.environ.get("FLEET_LOADTEST_PG_RESTART_CMD")
-    args = ["run", "--profile", "short", "--workdir", str(workdir / "run"), "--json", str(workdir / "report.json"),
-            "--png", str(workdir / "timeline.png")]
+    args = [
+        "run",
+        "--profile",
+        "short",
+        "--workdir",
+        str(workdir / "run"),
+        "--json",
+        str(workdir / "report.json"),
+        "--png",
+        str(workdir / "timeline.png"),
+    ]
     if server:
         args += ["--database-url", server] + (["--pg-restart-cmd", restart_cmd] if restart_cmd else [])
     else:
@@ -72,8 +88,15 @@ def finished() -> Iterator[Finished]:
             from fleet.embedded import embedded_url
 
             url = make_conninfo(embedded_url(workdir / "run"), dbname=name)
-        yield Finished(done.returncode, done.stdout + done.stderr, report, url, workdir,
-                       bool(not server or restart_cmd), seconds)
+        yield Finished(
+            done.returncode,
+            done.stdout + done.stderr,
+            report,
+            url,
+            workdir,
+            bool(not server or restart_cmd),
+            seconds,
+        )
     finally:
         if server and name:
             with connect(server, "loadtest test cleanup") as admin:
@@ -95,7 +118,7 @@ def test_short_profile_passes_under_kills_zombies_and_a_database_restart(finishe
     f = r["figures"]
     assert f["faults"]["worker_kill"] >= 20
     assert f["faults"]["zombie"] >= 3
-    assert f["faults"]["ticker_kill"] >= 1
+    assert f["faults"]["ticker_kill"] >= 1 and f["faults"]["worker_restart"] >= 1
     assert f["faults"]["starvation"] >= 1
     if finished.restartable:
         assert f["faults"]["pg_restart"] == 1
@@ -104,7 +127,7 @@ def test_short_profile_passes_under_kills_zombies_and_a_database_restart(finishe
     assert f["dead"] == f["dead_expected_exact"]
     # The kills landed mid-run: the runs they held were reclaimed, within lease + poll.
     assert f["reclaim_after_kill_s"]["n"] >= 20
-    assert f["reclaim_after_kill_s"]["max"] <= f["reclaim_bound_s"]
+    assert f["reclaim_after_kill_outside_outages_s"]["max"] <= f["reclaim_bound_s"]
     assert f["duplicate_executions"] > 0  # at-least-once has a price, and the report shows it
     png = finished.workdir / "timeline.png"
     assert png.exists() or "matplotlib is not installed" in finished.output
@@ -118,16 +141,27 @@ def test_audit_catches_a_lost_run_a_doubled_effect_and_a_run_left_pending(finish
     assert clean.returncode == 0, clean.stdout + clean.stderr
     with connect(finished.url, "loadtest tamper") as conn:
         done = conn.execute(
-            "SELECT schedule_name, scheduled_for FROM job_runs WHERE status = 'done' ORDER BY scheduled_for LIMIT 3"
+            "SELECT schedule_name, scheduled_for FROM job_runs WHERE status = 'done' "
+            "ORDER BY scheduled_for LIMIT 3"
         ).fetchall()
         deleted, pending, doubled = done
-        conn.execute("DELETE FROM job_runs WHERE schedule_name = %(schedule_name)s "
-                     "AND scheduled_for = %(scheduled_for)s", deleted)
-        conn.execute("UPDATE job_runs SET status = 'pending', finished_at = NULL WHERE schedule_name = "
-                     "%(schedule_name)s AND scheduled_for = %(scheduled_for)s", pending)
-        conn.execute("INSERT INTO loadtest_ledger (idempotency_key, schedule_name, scheduled_for, attempt, worker_id) "
-                     "SELECT idempotency_key, schedule_name, scheduled_for, attempt + 1, 'tamper' FROM loadtest_ledger "
-                     "WHERE schedule_name = %(schedule_name)s AND scheduled_for = %(scheduled_for)s", doubled)
+        conn.execute(
+            "DELETE FROM job_runs WHERE schedule_name = %(schedule_name)s "
+            "AND scheduled_for = %(scheduled_for)s",
+            deleted,
+        )
+        conn.execute(
+            "UPDATE job_runs SET status = 'pending', finished_at = NULL WHERE schedule_name = "
+            "%(schedule_name)s AND scheduled_for = %(scheduled_for)s",
+            pending,
+        )
+        conn.execute(
+            "INSERT INTO loadtest_ledger (idempotency_key, schedule_name, scheduled_for, attempt, worker_id) "
+            "SELECT idempotency_key, schedule_name, scheduled_for, attempt + 1, 'tamper' "
+            "FROM loadtest_ledger "
+            "WHERE schedule_name = %(schedule_name)s AND scheduled_for = %(scheduled_for)s",
+            doubled,
+        )
     out_json = finished.workdir / "tampered.json"
     tampered = loadtest("audit", "--database-url", finished.url, "--json", str(out_json), timeout=60)
     print(tampered.stdout, tampered.stderr)
@@ -140,8 +174,10 @@ def test_audit_catches_a_lost_run_a_doubled_effect_and_a_run_left_pending(finish
     dup = check(r, "duplicate side effects")
     assert not dup["ok"] and dup["value"] == 1
     assert not check(r, "effects of runs not done")["ok"]
-    keys = {f"{row['schedule_name']}:{row['scheduled_for'].strftime('%Y-%m-%dT%H:%M:%SZ')}"
-            for row in (deleted, pending, doubled)}
+    keys = {
+        f"{row['schedule_name']}:{row['scheduled_for'].strftime('%Y-%m-%dT%H:%M:%SZ')}"
+        for row in (deleted, pending, doubled)
+    }
     shown = "\n".join(lost["examples"] + dup["examples"])
     assert all(k in shown for k in keys), shown
     assert "VERDICT: FAIL" in tampered.stdout
