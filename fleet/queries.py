@@ -8,16 +8,22 @@ from importlib import resources
 _HEADER = re.compile(r"^--\s*name:\s*([a-z_]+)\s*$", re.MULTILINE)
 
 
+def parse_statements(text: str, statements: dict[str, str] | None = None) -> dict[str, str]:
+    """The `-- name: x` statements of one `.sql` text, added to `statements` (a name may not repeat)."""
+    found = {} if statements is None else statements
+    parts = _HEADER.split(text)
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in found:
+            raise RuntimeError(f"SQL statement {name!r} is defined twice")
+        found[name] = body.strip()
+    return found
+
+
 def _load() -> dict[str, str]:
     statements: dict[str, str] = {}
     for entry in sorted(resources.files("fleet").joinpath("sql").iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".sql"):
-            continue
-        parts = _HEADER.split(entry.read_text(encoding="utf-8"))
-        for name, body in zip(parts[1::2], parts[2::2], strict=True):
-            if name in statements:
-                raise RuntimeError(f"SQL statement {name!r} is defined twice")
-            statements[name] = body.strip()
+        if entry.name.endswith(".sql"):
+            parse_statements(entry.read_text(encoding="utf-8"), statements)
     return statements
 
 

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from importlib import resources
 
-_HEADER = re.compile(r"^--\s*name:\s*([a-z_]+)\s*$", re.MULTILINE)
+from fleet.queries import parse_statements
 
-
-def _load() -> dict[str, str]:
-    text = resources.files("loadtest").joinpath("queries.sql").read_text(encoding="utf-8")
-    parts = _HEADER.split(text)
-    statements: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in statements:
-            raise RuntimeError(f"SQL statement {name!r} is defined twice")
-        statements[name] = body.strip()
-    return statements
-
-
-STATEMENTS: dict[str, str] = _load()
+STATEMENTS: dict[str, str] = parse_statements(
+    resources.files("loadtest").joinpath("queries.sql").read_text(encoding="utf-8")
+)
 SCHEMA: str = resources.files("loadtest").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
