@@ -112,6 +112,25 @@ def add_database_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _shared(a: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, Any]:
+    """The settings every executable takes from add_database_flags, validated."""
+    log_format = _take(a.log_format, environ, "FLEET_LOG_FORMAT", "json", str, "--log-format")
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(f"--log-format: must be one of {', '.join(LOG_FORMATS)}")
+    return {
+        "database_url": _take(a.database_url, environ, "FLEET_DATABASE_URL", None, str, "--database-url"),
+        "log_format": log_format,
+        "prepared_statements": _take(
+            a.prepared_statements,
+            environ,
+            "FLEET_PREPARED_STATEMENTS",
+            True,
+            _bool,
+            "--no-prepared-statements",
+        ),
+    }
+
+
 def ticker_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleet-ticker", description="Turn due schedule slots into run rows.")
     add_database_flags(p)
@@ -141,7 +160,6 @@ def ticker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> T
     """Parse flags (argparse exits 2 on a bad flag) and validate them with their FLEET_* fallbacks."""
     a = ticker_parser().parse_args(argv)
     s = TickerSettings(
-        database_url=_take(a.database_url, environ, "FLEET_DATABASE_URL", None, str, "--database-url"),
         poll_s=_positive(
             _take(a.poll, environ, "FLEET_TICKER_POLL", DEFAULT_POLL_S, float, "--poll"), "--poll"
         ),
@@ -166,18 +184,8 @@ def ticker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> T
         until_idle=a.until_idle,
         leader=_take(a.leader, environ, "FLEET_TICKER_LEADER", False, _bool, "--leader"),
         ticker_id=_take(a.id, environ, "FLEET_TICKER_ID", "", str, "--id") or default_process_id("ticker"),
-        log_format=_take(a.log_format, environ, "FLEET_LOG_FORMAT", "json", str, "--log-format"),
-        prepared_statements=_take(
-            a.prepared_statements,
-            environ,
-            "FLEET_PREPARED_STATEMENTS",
-            True,
-            _bool,
-            "--no-prepared-statements",
-        ),
+        **_shared(a, environ),
     )
-    if s.log_format not in LOG_FORMATS:
-        raise ConfigError(f"--log-format: must be one of {', '.join(LOG_FORMATS)}")
     return s
 
 
@@ -224,7 +232,6 @@ def worker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> W
     if heartbeat >= lease:
         raise ConfigError(f"--heartbeat: must be shorter than the lease ({heartbeat} >= {lease})")
     s = WorkerSettings(
-        database_url=_take(a.database_url, environ, "FLEET_DATABASE_URL", None, str, "--database-url"),
         app=apps,
         jobs_file=_take(a.jobs, environ, "FLEET_JOBS_FILE", None, str, "--jobs"),
         worker_id=_take(a.id, environ, "FLEET_WORKER_ID", "", str, "--id") or default_process_id("worker"),
@@ -245,20 +252,10 @@ def worker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> W
         ),
         grace_s=_take(a.grace, environ, "FLEET_GRACE", DEFAULT_GRACE_S, float, "--grace"),
         until_idle=a.until_idle,
-        log_format=_take(a.log_format, environ, "FLEET_LOG_FORMAT", "json", str, "--log-format"),
-        prepared_statements=_take(
-            a.prepared_statements,
-            environ,
-            "FLEET_PREPARED_STATEMENTS",
-            True,
-            _bool,
-            "--no-prepared-statements",
-        ),
+        **_shared(a, environ),
     )
     if s.grace_s < 0:
         raise ConfigError("--grace: must not be negative")
     if not s.app and not s.jobs_file:
         raise ConfigError("--app: give at least one module that registers jobs (or --jobs FILE)")
-    if s.log_format not in LOG_FORMATS:
-        raise ConfigError(f"--log-format: must be one of {', '.join(LOG_FORMATS)}")
     return s
