@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import apply_text, env_for, fleetctl_cmd, scalar
+from tests.support import apply_text, env_for, fleetctl_cmd, scalar
 
 GOOD = """
 [[schedule]]

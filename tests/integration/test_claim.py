@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import apply_text, scalar
+from tests.support import apply_text, scalar
 from worker.attempt import Attempt, Outcome
 from worker.claim import run_claim
 from worker.finish import decide, run_finish

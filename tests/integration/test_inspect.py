@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from ops.inspect import schedule_health
-from tests.helpers import apply_text, scalar
+from tests.support import apply_text, scalar
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json
 
 Cap = pytest.CaptureFixture[str]

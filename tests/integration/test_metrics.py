@@ -17,7 +17,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from ops.metrics import FleetCollector, parse_listen
 from ops.repair import run_prune
-from tests.helpers import Proc, apply_text, env_for, fleetctl_cmd, processes, scalar, wait_for
+from tests.support import Proc, apply_text, env_for, fleetctl_cmd, processes, scalar, wait_for
 from tests.integration.ops_support import add_run
 
 SLOT = datetime(2026, 3, 1, 10, tzinfo=UTC)

@@ -14,7 +14,7 @@ from fleet.db import connect
 from fleet.queries import q
 from ops.inspect import schedule_health
 from ops.repair import run_prune
-from tests.helpers import apply_text, scalar
+from tests.support import apply_text, scalar
 from worker.claim import run_claim
 
 ROWS = 1_000_000

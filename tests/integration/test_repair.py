@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from ops.repair import run_trigger
-from tests.helpers import apply_text, scalar
+from tests.support import apply_text, scalar
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json, snapshot
 from ticker.tick import run_once as tick
 

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import apply_text, scalar
+from tests.support import apply_text, scalar
 from ticker.tick import run_once
 
 UTC = timezone.utc

@@ -10,7 +10,7 @@ import orjson
 import psycopg
 import pytest
 
-from tests.helpers import apply_text
+from tests.support import apply_text
 from tests.integration.ops_support import fleetctl, fleetctl_json
 from worker.claim import run_claim
 from worker.finish import decide, run_finish

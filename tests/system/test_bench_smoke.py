@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 
 def test_quick_bench_prints_the_table_and_writes_json(server_url: str, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from tests.helpers import Proc, apply_text, env_for, processes, wait_for, worker_cmd
+from tests.support import Proc, apply_text, env_for, processes, wait_for, worker_cmd
 
 
 def events(tmp: Path) -> list[list[str]]:

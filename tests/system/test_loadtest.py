@@ -26,7 +26,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from fleet.db import connect
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 
 @dataclass

@@ -14,7 +14,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from ops.inspect import ScheduleHealth, schedule_health
-from tests.helpers import (
+from tests.support import (
     Proc,
     apply_text,
     env_for,

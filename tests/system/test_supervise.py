@@ -26,7 +26,7 @@ from fleet.db import connect
 from fleet.envfile import parse_env, render_env
 from fleet.migrate import migrate
 from ops.control import ProcInfo, Supervisor, SupervisorUnavailable, serverurl_from_config
-from tests.helpers import BIN, ROOT, apply_text, fleetctl_cmd, scalar, wait_for
+from tests.support import BIN, ROOT, apply_text, fleetctl_cmd, scalar, wait_for
 
 FAST = {"FLEET_LEASE": "2", "FLEET_HEARTBEAT": "0.5", "FLEET_POLL": "0.5", "FLEET_TICKER_POLL": "0.5"}
 EXAMPLES = ("demo-flaky", "demo-ping", "demo-report", "demo-resize")

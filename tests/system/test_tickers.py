@@ -13,7 +13,7 @@ import orjson
 import psycopg
 import pytest
 
-from tests.helpers import Proc, apply_text, env_for, processes, scalar, ticker_cmd, wait_for
+from tests.support import Proc, apply_text, env_for, processes, scalar, ticker_cmd, wait_for
 
 
 def tick_events(p: Proc, name: str) -> list[dict[str, Any]]:

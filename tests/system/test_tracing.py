@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from fleet.jobs import slot_iso
-from tests.helpers import Proc, apply_text, env_for, processes, scalar, ticker_cmd, wait_for, worker_cmd
+from tests.support import Proc, apply_text, env_for, processes, scalar, ticker_cmd, wait_for, worker_cmd
 from tests.otlp import ReceivedSpan, Receiver, otlp_receiver
 
 FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import Proc, apply_text, env_for, processes, scalar, wait_for, worker_cmd
+from tests.support import Proc, apply_text, env_for, processes, scalar, wait_for, worker_cmd
 
 FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from tests.helpers import Proc, apply_text, env_for, processes, wait_for, worker_cmd
+from tests.support import Proc, apply_text, env_for, processes, wait_for, worker_cmd
 
 FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
 
