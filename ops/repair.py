@@ -230,34 +230,36 @@ def _slots(slots: list[datetime]) -> str:
     return shown + (f" and {len(slots) - 5} more" if len(slots) > 5 else "")
 
 
-def cmd_retry(args: argparse.Namespace) -> int:
+def _on_dead_runs(
+    args: argparse.Namespace,
+    action: Callable[[psycopg.Connection[Any], str, datetime | None], list[datetime]],
+    done: str,
+    already: str,
+    verb: str,
+) -> int:
+    """retry and discard: one SLOT or --all-dead of a schedule; a second call changes nothing."""
     if args.all_dead == (args.slot is not None):
         raise UsageError("give either SLOT or --all-dead")
     slot = parse_instant(args.slot, "SLOT") if args.slot is not None else None
     with db(args) as conn:
-        retried = run_retry(conn, args.schedule, slot)
-    if retried:
-        print(f"retried {len(retried)} run(s) of {args.schedule}: {_slots(retried)}")
+        changed = action(conn, args.schedule, slot)
+    if changed:
+        print(f"{done.format(n=len(changed))} of {args.schedule}: {_slots(changed)}")
     elif slot is not None:
-        print(f"{args.schedule} @ {iso(slot)} is already pending or running: nothing to retry")
+        print(f"{args.schedule} @ {iso(slot)} is {already}")
     else:
-        print(f"{args.schedule} has no dead run: nothing to retry")
+        print(f"{args.schedule} has no dead run: nothing to {verb}")
     return 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    return _on_dead_runs(
+        args, run_retry, "retried {n} run(s)", "already pending or running: nothing to retry", "retry"
+    )
 
 
 def cmd_discard(args: argparse.Namespace) -> int:
-    if args.all_dead == (args.slot is not None):
-        raise UsageError("give either SLOT or --all-dead")
-    slot = parse_instant(args.slot, "SLOT") if args.slot is not None else None
-    with db(args) as conn:
-        discarded = run_discard(conn, args.schedule, slot)
-    if discarded:
-        print(f"discarded {len(discarded)} dead run(s) of {args.schedule}: {_slots(discarded)}")
-    elif slot is not None:
-        print(f"{args.schedule} @ {iso(slot)} is already discarded")
-    else:
-        print(f"{args.schedule} has no dead run: nothing to discard")
-    return 0
+    return _on_dead_runs(args, run_discard, "discarded {n} dead run(s)", "already discarded", "discard")
 
 
 def cmd_trigger(args: argparse.Namespace) -> int:
