@@ -255,7 +255,7 @@ def record_lost_attempt(attempt: Any) -> None:
     attributes = _attempt_attributes(a.schedule, a.slot, a.attempt - 1, a.prev_worker, a.job)
     attributes["fleet.outcome"] = "lease_expired"
     attributes["error.type"] = "lease_expired"
-    end = _unix_ns(a.db_now)
+    end = _unix_ns(a.started_at)  # this claim, by the database's clock
     st.emit(
         ReadableSpan(
             name=name,

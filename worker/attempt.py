@@ -47,8 +47,7 @@ class Attempt:
     max_attempts: int
     retry_base: timedelta
     retry_cap: timedelta
-    started_at: datetime
-    db_now: datetime
+    started_at: datetime  # the database's time at the claim
     trace_id: str | None = None
     span_id: str | None = None
     created_trace_id: str | None = None
@@ -83,7 +82,6 @@ class Attempt:
             retry_base=row["retry_base"],
             retry_cap=row["retry_cap"],
             started_at=row["started_at"],
-            db_now=row["db_now"],
             trace_id=row["trace_id"],
             span_id=row["span_id"],
             created_trace_id=row["created_trace_id"],

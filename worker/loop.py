@@ -117,6 +117,7 @@ class Worker:
         try:
             # Pipelined: BEGIN, finish, claim and COMMIT travel in one round trip, with one commit.
             with conn.pipeline(), conn.transaction():
+                conn.execute(q("run_round_settings"))
                 fin = (
                     conn.execute(q("run_finish"), finish_params(batch, worker_id=s.worker_id))
                     if batch

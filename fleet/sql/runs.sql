@@ -15,14 +15,33 @@ RETURNING schedule_name, scheduled_for, status::text AS status
 -- name: run_notify
 SELECT pg_notify('fleet_runs', '')
 
+-- name: run_round_settings
+-- Planner settings for one worker round (finish + claim), local to its transaction so that they
+-- never leak through a transaction-pooling proxy. The round's statements reach a few rows each
+-- through an index, and must keep doing so however stale the statistics: planned after a backlog
+-- appeared but before the next analyze, a claim would read and sort the whole backlog (a bitmap
+-- scan cannot return rows in order) and a finish would scan the table for its hundred keys, every
+-- round. With sequential and bitmap scans off, the ordered index scan and the primary-key probes
+-- are the plans whatever the statistics say. The generic plan of a prepared round statement is
+-- kept rather than planned anew each time, and JIT compilation only costs statements this small.
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)
+
 -- name: run_claim
 -- Claim due runs: pending and due, or running with an expired lease, by one path. Runs of a
 -- schedule whose overlap is not 'allow' must also take the schedule's gate (schedules.running_slot);
 -- a fresh run that finds the gate held by another run is recorded 'skipped' under overlap 'skip'
 -- and left pending under 'queue'.
-WITH t AS (SELECT coalesce(%(now)b::timestamptz, now()) AS now),
-expired AS (
-    SELECT r.schedule_name, r.scheduled_for
+--
+-- Written for a plan that stays flat: each candidate is read once (locked, with the values the
+-- tracing links and a lost attempt's history need), the updates join on the primary key through a
+-- two-column subquery (OFFSET 0 keeps it narrow: an UPDATE copies each joined row of a subquery
+-- whole), and the previous status is the row's own value in SET, read under the lock.
+WITH expired AS (
+    SELECT r.schedule_name, r.scheduled_for, r.overlap, r.status AS prev_status, r.attempts AS prev_attempts,
+           r.trace_id AS prev_trace_id, r.span_id AS prev_span_id, r.last_outcome AS prev_outcome,
+           r.locked_by AS prev_worker, r.locked_host AS prev_host, r.locked_pid AS prev_pid,
+           r.started_at AS prev_started_at, r.locked_until AS prev_locked_until
     FROM job_runs r
     WHERE r.status = 'running' AND r.locked_until < coalesce(%(now)b::timestamptz, now())
       AND r.job = ANY(%(jobs)b::text[])
@@ -31,7 +50,10 @@ expired AS (
     FOR UPDATE OF r SKIP LOCKED
 ),
 due AS (
-    SELECT r.schedule_name, r.scheduled_for
+    SELECT r.schedule_name, r.scheduled_for, r.overlap, r.status AS prev_status, r.attempts AS prev_attempts,
+           r.trace_id AS prev_trace_id, r.span_id AS prev_span_id, r.last_outcome AS prev_outcome,
+           r.locked_by AS prev_worker, r.locked_host AS prev_host, r.locked_pid AS prev_pid,
+           r.started_at AS prev_started_at, r.locked_until AS prev_locked_until
     FROM job_runs r
     WHERE r.status = 'pending' AND r.run_after <= coalesce(%(now)b::timestamptz, now())
       AND r.job = ANY(%(jobs)b::text[])
@@ -43,15 +65,7 @@ due AS (
     LIMIT %(limit)s
     FOR UPDATE OF r SKIP LOCKED
 ),
-cand AS (
-    SELECT r.schedule_name, r.scheduled_for, r.overlap, r.status AS prev_status, r.attempts AS prev_attempts,
-           r.trace_id AS prev_trace_id, r.span_id AS prev_span_id, r.last_outcome AS prev_outcome,
-           r.locked_by AS prev_worker, r.locked_host AS prev_host, r.locked_pid AS prev_pid,
-           r.started_at AS prev_started_at, r.locked_until AS prev_locked_until
-    FROM job_runs r
-    JOIN (SELECT * FROM expired UNION ALL SELECT * FROM due LIMIT %(limit)s) c
-      ON r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
-),
+cand AS (SELECT * FROM expired UNION ALL SELECT * FROM due LIMIT %(limit)s),
 gate AS (
     UPDATE schedules s SET running_slot = c.scheduled_for
     FROM (SELECT DISTINCT ON (c.schedule_name) c.schedule_name, c.scheduled_for
@@ -66,96 +80,108 @@ claimed AS (
     SET status = 'running',
         attempts = r.attempts + 1,
         -- a lease that ran out spent a try: the attempt crashed or stalled
-        failures = r.failures + CASE WHEN c.prev_status = 'running' THEN 1 ELSE 0 END,
-        last_outcome = CASE WHEN c.prev_status = 'running' THEN 'lease_expired' ELSE r.last_outcome END,
+        failures = r.failures + CASE WHEN r.status = 'running' THEN 1 ELSE 0 END,
+        last_outcome = CASE WHEN r.status = 'running' THEN 'lease_expired' ELSE r.last_outcome END,
         locked_by = %(worker)s,
         locked_host = %(host)s,
         locked_pid = %(pid)s,
-        locked_until = t.now + make_interval(secs => %(lease_s)s),
-        started_at = t.now,
+        locked_until = coalesce(%(now)b::timestamptz, now()) + make_interval(secs => %(lease_s)s),
+        started_at = coalesce(%(now)b::timestamptz, now()),
         trace_id = encode(uuid_send(gen_random_uuid()), 'hex'),
         span_id = substr(encode(uuid_send(gen_random_uuid()), 'hex'), 1, 16)
-    FROM cand c, t, schedules s
-    WHERE r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for AND s.name = r.schedule_name
-      AND (c.overlap = 'allow'
-           OR EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for))
+    FROM (SELECT c.schedule_name, c.scheduled_for FROM cand c
+          WHERE c.overlap = 'allow'
+             OR EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
+          OFFSET 0) c
+    WHERE r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
     RETURNING r.schedule_name, r.scheduled_for, r.job, r.args, r.attempts, r.failures, r.origin,
-              r.started_at, r.locked_until, r.trace_id, r.span_id, r.created_trace_id, r.created_span_id,
-              c.prev_status, c.prev_trace_id, c.prev_span_id, c.prev_outcome, c.prev_worker,
-              c.prev_started_at, c.prev_locked_until, s.timeout, s.max_attempts, s.retry_base, s.retry_cap
+              r.started_at, r.trace_id, r.span_id, r.created_trace_id, r.created_span_id
 ),
 skipped AS (
     UPDATE job_runs r
-    SET status = 'skipped', finished_at = t.now, last_outcome = 'skipped',
+    SET status = 'skipped', finished_at = coalesce(%(now)b::timestamptz, now()), last_outcome = 'skipped',
         last_error = 'overlap: an earlier run of this schedule was still in progress'
-    FROM cand c, t
+    FROM (SELECT c.schedule_name, c.scheduled_for FROM cand c
+          WHERE c.overlap = 'skip' AND c.prev_status = 'pending' AND c.prev_attempts = 0
+            AND NOT EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
+          OFFSET 0) c
     WHERE r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
-      AND c.overlap = 'skip' AND c.prev_status = 'pending' AND c.prev_attempts = 0
-      AND NOT EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
     RETURNING r.schedule_name, r.scheduled_for
+),
+out AS (
+    SELECT k.*, c.prev_status, c.prev_attempts, c.prev_trace_id, c.prev_span_id, c.prev_outcome,
+           c.prev_worker, c.prev_host, c.prev_pid, c.prev_started_at, c.prev_locked_until
+    FROM claimed k JOIN cand c ON c.schedule_name = k.schedule_name AND c.scheduled_for = k.scheduled_for
 ),
 lost AS (
     -- The previous attempt of a reclaimed run died with its worker: record it from the row.
     INSERT INTO job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid, started_at,
                               finished_at, outcome, error, trace_id, span_id)
-    SELECT c.schedule_name, c.scheduled_for, c.prev_attempts, coalesce(c.prev_worker, '?'), c.prev_host,
-           c.prev_pid, coalesce(c.prev_started_at, t.now), t.now, 'lease_expired', 'lease expired',
-           c.prev_trace_id, c.prev_span_id
-    FROM cand c, t
-    WHERE c.prev_status = 'running' AND c.prev_attempts > 0
+    SELECT o.schedule_name, o.scheduled_for, o.prev_attempts, coalesce(o.prev_worker, '?'), o.prev_host,
+           o.prev_pid, coalesce(o.prev_started_at, o.started_at), o.started_at, 'lease_expired',
+           'lease expired', o.prev_trace_id, o.prev_span_id
+    FROM out o
+    WHERE o.prev_status = 'running' AND o.prev_attempts > 0
     ON CONFLICT DO NOTHING
 )
-SELECT c.*, t.now AS db_now, NULL::text AS skipped_reason FROM claimed c, t
+SELECT o.schedule_name, o.scheduled_for, o.job, o.args, o.attempts, o.failures, o.origin, o.started_at,
+       o.trace_id, o.span_id, o.created_trace_id, o.created_span_id, o.prev_status, o.prev_trace_id,
+       o.prev_span_id, o.prev_outcome, o.prev_worker, o.prev_started_at, o.prev_locked_until,
+       s.timeout, s.max_attempts, s.retry_base, s.retry_cap, NULL::text AS skipped_reason
+FROM out o JOIN schedules s ON s.name = o.schedule_name
 UNION ALL
 SELECT k.schedule_name, k.scheduled_for, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, t.now, 'overlap'
-FROM skipped k, t
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'overlap'
+FROM skipped k
 
 -- name: run_heartbeat
 -- Renew the leases of a worker's runs; a run missing from the result was taken over (fenced out).
+-- The status test is on its text so that no partial index of running rows can stand in for the
+-- primary key: the rows are found by key, one index probe each, however stale the statistics.
 UPDATE job_runs r
 SET locked_until = coalesce(%(now)b::timestamptz, now()) + make_interval(secs => %(lease_s)s)
 FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(attempts)b::integer[]) AS v(name, slot, attempt)
 WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.attempts = v.attempt
-  AND r.status = 'running'
+  AND r.status::text = 'running'
 RETURNING r.schedule_name, r.scheduled_for
 
 -- name: run_finish
 -- Record attempts' outcomes, fenced on the attempt number: a stale worker's write matches nothing.
 -- status: 'done' | 'dead' | 'pending' (retry after delay_s, or handed back with delay 0).
-WITH t AS (SELECT coalesce(%(now)b::timestamptz, now()) AS now),
-v AS (
+-- As in run_heartbeat, rows are found by primary key (the status test is on its text). The
+-- attempt's start and trace ids are the row's own, set by the claim.
+WITH v AS (
     SELECT * FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(attempts)b::integer[],
                          %(statuses)b::text[], %(outcomes)b::text[], %(errors)b::text[],
-                         %(delays)b::float8[], %(spent)b::integer[], %(started)b::timestamptz[],
-                         %(trace_ids)b::text[], %(span_ids)b::text[])
-        AS v(name, slot, attempt, status, outcome, error, delay_s, spent, started_at, trace_id, span_id)
+                         %(delays)b::float8[], %(spent)b::integer[])
+        AS v(name, slot, attempt, status, outcome, error, delay_s, spent)
 ),
 fin AS (
     UPDATE job_runs r
     SET status = v.status::fleet_run_status,
-        run_after = CASE WHEN v.status = 'pending' THEN t.now + make_interval(secs => v.delay_s)
+        run_after = CASE WHEN v.status = 'pending'
+                         THEN coalesce(%(now)b::timestamptz, now()) + make_interval(secs => v.delay_s)
                          ELSE r.run_after END,
         locked_by = NULL,
         locked_host = NULL,
         locked_pid = NULL,
         locked_until = NULL,
-        finished_at = CASE WHEN v.status IN ('done', 'dead') THEN t.now END,
+        finished_at = CASE WHEN v.status IN ('done', 'dead') THEN coalesce(%(now)b::timestamptz, now()) END,
         last_error = CASE WHEN v.status = 'done' THEN NULL ELSE coalesce(v.error, r.last_error) END,
         last_outcome = v.outcome,
         failures = r.failures + v.spent
-    FROM v, t
+    FROM v
     WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.attempts = v.attempt
-      AND r.status = 'running'
-    RETURNING r.schedule_name, r.scheduled_for, r.attempts, r.status::text AS status, r.overlap
+      AND r.status::text = 'running'
+    RETURNING r.schedule_name, r.scheduled_for, r.attempts, r.status::text AS status, r.overlap,
+              r.started_at, r.trace_id, r.span_id, v.outcome, v.error
 ),
 history AS (
     INSERT INTO job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid, started_at,
                               finished_at, outcome, error, trace_id, span_id)
-    SELECT f.schedule_name, f.scheduled_for, f.attempts, %(worker)s, %(host)s, %(pid)s, v.started_at, t.now,
-           v.outcome, v.error, v.trace_id, v.span_id
-    FROM fin f, v, t
-    WHERE f.schedule_name = v.name AND f.scheduled_for = v.slot
+    SELECT f.schedule_name, f.scheduled_for, f.attempts, %(worker)s, %(host)s, %(pid)s, f.started_at,
+           coalesce(%(now)b::timestamptz, now()), f.outcome, f.error, f.trace_id, f.span_id
+    FROM fin f
     ON CONFLICT DO NOTHING
 ),
 ungate AS (

@@ -44,3 +44,33 @@ def test_migrations_build_the_schema_from_empty(server_url: str) -> None:
 
 def test_migrated_template_is_current(conn: psycopg.Connection[Any]) -> None:
     assert current_version(conn) == migrations()[-1].version
+
+
+def test_deleting_runs_by_any_path_removes_their_attempts(conn: psycopg.Connection[Any]) -> None:
+    """The attempt history has no foreign key (a per-row check on the hot path); a statement-level
+    trigger removes a deleted run's attempts, also when the run goes with its schedule."""
+    for name in ("a", "b"):
+        conn.execute(
+            "INSERT INTO schedules (name, every, job, timing_hash) VALUES (%s, '1 hour', 'noop', 'x')", (name,)
+        )
+        conn.execute(
+            "INSERT INTO job_runs (schedule_name, scheduled_for, job, run_after) "
+            "SELECT %s, t, 'noop', t FROM generate_series('2026-01-01'::timestamptz, '2026-01-01 02:00', '1 hour') t",
+            (name,),
+        )
+        conn.execute(
+            "INSERT INTO job_attempts (schedule_name, scheduled_for, attempt, worker_id, started_at) "
+            "SELECT schedule_name, scheduled_for, n, 'w', now() FROM job_runs, generate_series(1, 2) n "
+            "WHERE schedule_name = %s",
+            (name,),
+        )
+
+    def attempts(name: str) -> int:
+        row = conn.execute("SELECT count(*) AS n FROM job_attempts WHERE schedule_name = %s", (name,)).fetchone()
+        return int(row["n"]) if row else -1
+
+    assert (attempts("a"), attempts("b")) == (6, 6)
+    conn.execute("DELETE FROM job_runs WHERE schedule_name = 'a' AND scheduled_for = '2026-01-01'")
+    assert (attempts("a"), attempts("b")) == (4, 6)
+    conn.execute("DELETE FROM schedules WHERE name = 'a'")  # cascades to its runs
+    assert (attempts("a"), attempts("b")) == (0, 6)

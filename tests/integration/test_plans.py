@@ -81,9 +81,6 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
             "errors": [None],
             "delays": [0.0],
             "spent": [0],
-            "started": [T0],
-            "trace_ids": [None],
-            "span_ids": [None],
             "worker": "w",
             "host": "h",
             "pid": 1,
@@ -109,3 +106,55 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
 
     wait = plan(big, "run_next_wait", {"jobs": ["noop"], "now": None})
     assert "Seq Scan on job_runs" not in wait, wait
+
+
+def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -> None:
+    """Statistics taken while the table was empty, then a backlog: the claim still walks the pending
+    index in order (no sort of the whole backlog) and the finish probes the primary key."""
+    conn.execute(
+        "INSERT INTO schedules (name, every, job, overlap, timing_hash) "
+        "VALUES ('s1', '1 hour', 'noop', 'allow', 'x')"
+    )
+    conn.execute("VACUUM ANALYZE job_runs")
+    conn.execute(
+        "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
+        "SELECT 's1', %s - make_interval(secs => g), 'noop', 'allow', %s - make_interval(secs => g) "
+        "FROM generate_series(1, 20000) g",
+        (T0, T0),
+    )
+    claim_params = {
+        "now": T0,
+        "jobs": ["noop"],
+        "limit": 100,
+        "lease_s": 10,
+        "worker": "w",
+        "host": "h",
+        "pid": 1,
+    }
+    with conn.transaction():
+        conn.execute(q("run_round_settings"))
+        claim = plan(conn, "run_claim", claim_params)
+        fin = plan(
+            conn,
+            "run_finish",
+            {
+                "now": None,
+                "names": ["s1"] * 100,
+                "slots": [T0 - timedelta(seconds=g) for g in range(1, 101)],
+                "attempts": [1] * 100,
+                "statuses": ["done"] * 100,
+                "outcomes": ["done"] * 100,
+                "errors": [None] * 100,
+                "delays": [0.0] * 100,
+                "spent": [0] * 100,
+                "worker": "w",
+                "host": "h",
+                "pid": 1,
+            },
+        )
+    due = claim[claim.index("CTE due") : claim.index("CTE cand")]
+    assert "Index Scan using job_runs_pending" in due and "Sort" not in due, claim
+    fin_update = fin[fin.index("CTE fin") : fin.index("CTE history")]
+    assert "job_runs_pkey" in fin_update and "Join Filter" not in fin_update, fin
+    # without the round's settings the same statistics lead the claim to sort the backlog
+    assert "Sort" in (p := plan(conn, "run_claim", claim_params))[p.index("CTE due") : p.index("CTE cand")]

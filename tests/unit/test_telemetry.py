@@ -37,7 +37,6 @@ def attempt(n: int = 1, **fields: Any) -> Attempt:
         retry_base=timedelta(seconds=30),
         retry_cap=timedelta(minutes=15),
         started_at=now,
-        db_now=now,
         trace_id=os.urandom(16).hex(),
         span_id=os.urandom(8).hex(),
     )
@@ -331,7 +330,7 @@ def test_the_reclaimer_emits_the_lost_attempt_from_the_stored_ids(spans: InMemor
         prev_span_id="01" * 8,
         prev_worker="host-a:worker-1",
         prev_started_at=started,
-        db_now=reclaimed,
+        started_at=reclaimed,
         created_trace_id="ab" * 16,
         created_span_id="cd" * 8,
     )
