@@ -53,25 +53,28 @@ def slot_iso(slot: datetime) -> str:
     return slot.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+_SIGNALS_LOCK = threading.Lock()
+
+
 class CancelSignal:
     """A one-way cancellation flag that can be waited on.
 
     Like `threading.Event`, but the event (a lock and a condition) is only made when someone waits:
-    most attempts end without anyone waiting on, or setting, their signal.
+    most attempts end without anyone waiting on, or setting, their signal. Setting and first
+    waiting, both rare, share one lock for all signals.
     """
 
-    __slots__ = ("_event", "_lock", "_set")
+    __slots__ = ("_event", "_set")
 
     def __init__(self) -> None:
         self._set = False
         self._event: threading.Event | None = None
-        self._lock = threading.Lock()
 
     def is_set(self) -> bool:
         return self._set
 
     def set(self) -> None:
-        with self._lock:
+        with _SIGNALS_LOCK:
             self._set = True
             if self._event is not None:
                 self._event.set()
@@ -80,7 +83,7 @@ class CancelSignal:
         """Block until set or `timeout` seconds pass; True when set."""
         if self._set:
             return True
-        with self._lock:
+        with _SIGNALS_LOCK:
             if self._event is None:
                 self._event = threading.Event()
                 if self._set:

@@ -18,16 +18,34 @@ _local = threading.local()
 _format = "json"
 _stream: IO[bytes] | None = None
 _base: dict[str, Any] = {}
+_base_json = b""  # `_base` serialised: b',"k":v,...', or empty
 _second = -1
 _prefix = ""
 
 
 def configure(fmt: str = "json", stream: IO[bytes] | None = None, **base: Any) -> None:
     """Choose json or text, the output stream (stdout by default) and fields every line carries."""
-    global _format, _stream, _base
+    global _format, _stream, _base, _base_json
     _format = fmt
     _stream = stream
     _base = dict(base)
+    _base_json = b"," + orjson.dumps(_base, option=_OPTIONS)[1:-1] if _base else b""
+
+
+class Fields:
+    """Fields that several lines carry (an attempt's identity), serialised once for all of them."""
+
+    __slots__ = ("_json", "values")
+
+    def __init__(self, **values: Any) -> None:
+        self.values = values
+        self._json: bytes | None = None
+
+    def json(self) -> bytes:
+        """b',"k":v,...' (empty when there are no fields)."""
+        if self._json is None:
+            self._json = b"," + orjson.dumps(self.values, option=_OPTIONS)[1:-1] if self.values else b""
+        return self._json
 
 
 def _timestamp() -> str:
@@ -41,12 +59,24 @@ def _timestamp() -> str:
     return f"{_prefix}.{int((now - sec) * 1000):03d}Z"
 
 
-def event(name: str, **fields: Any) -> None:
-    """Write one event line: `event` plus the given fields (None values are kept as null)."""
-    record = {"ts": _timestamp(), "event": name, **_base, **fields}
+def event(name: str, shared: Fields | None = None, /, **fields: Any) -> None:
+    """Write one event line: `event`, the process's fields, the `shared` ones, then `fields` (None
+    values are kept as null). A name must appear only once among them."""
     if _format == "json":
-        line = orjson.dumps(record, option=_OPTIONS) + b"\n"
+        line = b"".join(
+            (
+                b'{"ts":"',
+                _timestamp().encode(),
+                b'","event":',
+                orjson.dumps(name),
+                _base_json,
+                shared.json() if shared is not None else b"",
+                b"," + orjson.dumps(fields, option=_OPTIONS)[1:] if fields else b"}",
+                b"\n",
+            )
+        )
     else:
+        record = {"ts": _timestamp(), "event": name, **_base, **(shared.values if shared else {}), **fields}
         rest = " ".join(
             f"{k}={_text(v)}" for k, v in record.items() if k not in ("ts", "event") and v is not None
         )

@@ -222,6 +222,11 @@ def attempt_span(attempt: Any, ctx: Any) -> AbstractContextManager[None]:
     return _NO_SCOPE if span is None else _Current(span)
 
 
+def enabled() -> bool:
+    """Whether spans are being made (a collector was named)."""
+    return _state is not None
+
+
 def attempt_recorded(attempt: Any, outcome: str, error: str | None) -> None:
     """End the attempt's span with the outcome that was written (done, failed, timeout, dead, handed_back).
 

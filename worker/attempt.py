@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from fleet import telemetry
+from fleet import logs, telemetry
 from fleet.errors import Cancelled, Permanent
 from fleet.jobs import CancelSignal, Handler, JobContext, idempotency_key
 
@@ -20,6 +20,33 @@ from fleet.jobs import CancelSignal, Handler, JobContext, idempotency_key
 State = Literal["running", "recorded", "fenced"]
 
 HOST = socket.gethostname()
+
+# The columns of `run_claim` an attempt is made of, in the order of Attempt's first fields.
+CLAIM_COLUMNS = (
+    "schedule_name",
+    "scheduled_for",
+    "job",
+    "args",
+    "attempts",
+    "failures",
+    "timeout",
+    "max_attempts",
+    "retry_base",
+    "retry_cap",
+    "started_at",
+    "trace_id",
+    "span_id",
+    "created_trace_id",
+    "created_span_id",
+    "prev_status",
+    "prev_trace_id",
+    "prev_span_id",
+    "prev_outcome",
+    "prev_worker",
+    "prev_started_at",
+    "prev_locked_until",
+    "origin",
+)
 
 
 @dataclass
@@ -33,10 +60,11 @@ class Outcome:
     spent: int = 0  # 1 when the attempt counts against the retry budget
 
 
-@dataclass
+@dataclass(slots=True)
 class Attempt:
     """A run claimed by this worker (row values from the claim, local bookkeeping after)."""
 
+    # The claim's columns, in the order of CLAIM_COLUMNS.
     schedule: str
     slot: datetime
     job: str
@@ -60,6 +88,7 @@ class Attempt:
     prev_started_at: datetime | None = None
     prev_locked_until: datetime | None = None
     origin: str = "schedule"
+    # Local bookkeeping.
     state: State = "running"
     cancel: CancelSignal = field(default_factory=CancelSignal)
     started_mono: float = field(default_factory=time.monotonic)
@@ -67,34 +96,20 @@ class Attempt:
     verdict: tuple[str, str | None] = ("", None)  # set by the handler thread when it returns
     returned: bool = False  # the handler has returned (its verdict is set)
     span: Any = None  # the attempt's open trace span (fleet.telemetry), made by the first thread needing it
+    log_fields: logs.Fields | None = None  # the fields every log line of this attempt carries
 
     @classmethod
     def from_row(cls, row: dict[str, Any], lease_s: float, claimed_mono: float) -> Attempt:
-        a = cls(
-            schedule=row["schedule_name"],
-            slot=row["scheduled_for"].astimezone(UTC),
-            job=row["job"],
-            args=row["args"] or {},
-            attempt=row["attempts"],
-            failures=row["failures"],
-            timeout=row["timeout"],
-            max_attempts=row["max_attempts"],
-            retry_base=row["retry_base"],
-            retry_cap=row["retry_cap"],
-            started_at=row["started_at"],
-            trace_id=row["trace_id"],
-            span_id=row["span_id"],
-            created_trace_id=row["created_trace_id"],
-            created_span_id=row["created_span_id"],
-            prev_status=row["prev_status"],
-            prev_trace_id=row["prev_trace_id"],
-            prev_span_id=row["prev_span_id"],
-            prev_outcome=row["prev_outcome"],
-            prev_worker=row["prev_worker"],
-            prev_started_at=row["prev_started_at"],
-            prev_locked_until=row["prev_locked_until"],
-            origin=row["origin"],
-        )
+        """An attempt from a claimed row as a dict (column names as in CLAIM_COLUMNS)."""
+        return cls.from_values(tuple(row[c] for c in CLAIM_COLUMNS), lease_s, claimed_mono)
+
+    @classmethod
+    def from_values(cls, values: tuple[Any, ...], lease_s: float, claimed_mono: float) -> Attempt:
+        """An attempt from the claim's values in the order of CLAIM_COLUMNS."""
+        a = cls(*values)
+        a.slot = a.slot.astimezone(UTC)
+        if a.args is None:
+            a.args = {}
         # The lease is trusted locally only from before the claim was sent, never longer.
         a.lease_deadline_mono = claimed_mono + lease_s
         return a

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
 from fleet.queries import q
-from worker.attempt import HOST, Attempt
+from worker.attempt import CLAIM_COLUMNS, HOST, Attempt
+
+
+class Skipped(NamedTuple):
+    """A fresh run the claim recorded as skipped: an earlier run of its schedule still held it."""
+
+    schedule: str
+    slot: datetime
 
 
 def claim_params(
@@ -29,13 +37,32 @@ def claim_params(
     }
 
 
-def claim_result(
-    rows: list[dict[str, Any]], lease_s: float, sent_mono: float
-) -> tuple[list[Attempt], list[dict[str, Any]]]:
+def claim_rows(lease_s: float, sent_mono: float) -> Callable[[Any], Callable[[Sequence[Any]], Attempt | Skipped]]:
+    """A psycopg row factory turning the claim's rows straight into attempts (or skipped runs)."""
+
+    def factory(cursor: Any) -> Callable[[Sequence[Any]], Attempt | Skipped]:
+        names = [c.name for c in cursor.description or ()]
+        take = operator.itemgetter(*(names.index(c) for c in CLAIM_COLUMNS))
+        reason = names.index("skipped_reason")
+        schedule, slot = names.index("schedule_name"), names.index("scheduled_for")
+        from_values = Attempt.from_values
+
+        def make(values: Sequence[Any]) -> Attempt | Skipped:
+            if values[reason] is not None:
+                return Skipped(values[schedule], values[slot])
+            return from_values(take(values), lease_s, sent_mono)
+
+        return make
+
+    return factory
+
+
+def claim_result(rows: Sequence[Attempt | Skipped]) -> tuple[list[Attempt], list[Skipped]]:
     """Split the claim's rows into attempts to run and runs recorded as skipped for overlap."""
-    attempts = [Attempt.from_row(r, lease_s, sent_mono) for r in rows if r["skipped_reason"] is None]
-    skipped = [r for r in rows if r["skipped_reason"] is not None]
-    return attempts, skipped
+    attempts = [r for r in rows if isinstance(r, Attempt)]
+    if len(attempts) == len(rows):
+        return attempts, []
+    return attempts, [r for r in rows if isinstance(r, Skipped)]
 
 
 def run_claim(
@@ -46,13 +73,13 @@ def run_claim(
     limit: int,
     lease_s: float,
     now: datetime | None = None,
-) -> tuple[list[Attempt], list[dict[str, Any]]]:
+) -> tuple[list[Attempt], list[Skipped]]:
     """Claim up to `limit` claimable runs of `jobs`; returns (attempts, runs skipped for overlap).
 
     Claimable: pending and due, or running with an expired lease. Concurrent claimers skip each
     other's rows (SKIP LOCKED) and never wait on them. Each claim increments `attempts`, the
     fencing token every later write of the attempt is conditioned on.
     """
-    sent = time.monotonic()
     params = claim_params(worker_id=worker_id, jobs=jobs, limit=limit, lease_s=lease_s, now=now)
-    return claim_result(conn.execute(q("run_claim"), params).fetchall(), lease_s, sent)
+    cur = conn.cursor(row_factory=claim_rows(lease_s, time.monotonic()))
+    return claim_result(cur.execute(q("run_claim"), params).fetchall())

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from fleet.backoff import backoff_delay
 from fleet.queries import q
@@ -37,29 +38,53 @@ def handed_back() -> Outcome:
     return Outcome("pending", "handed_back", "handed back: the worker was stopping")
 
 
+def _plain_done(o: Outcome) -> bool:
+    return o.status == "done" and o.outcome == "done" and o.error is None and o.spent == 0
+
+
+def finish_order(finished: Sequence[tuple[Attempt, Outcome]]) -> list[tuple[Attempt, Outcome]]:
+    """The batch in the order `finish_params` sends it: plain successes first, then the rest."""
+    done = [f for f in finished if _plain_done(f[1])]
+    if len(done) == len(finished):
+        return list(finished)
+    return done + [f for f in finished if not _plain_done(f[1])]
+
+
 def finish_params(
-    finished: Sequence[tuple[Attempt, Outcome]], *, worker_id: str, now: datetime | None = None
+    ordered: Sequence[tuple[Attempt, Outcome]], *, worker_id: str, now: datetime | None = None
 ) -> dict[str, Any]:
-    """The parameters of the `run_finish` statement for a batch of outcomes."""
+    """The parameters of the `run_finish` statement for a batch in `finish_order`.
+
+    Plain successes, nearly every outcome, travel as keys only; the statement numbers the rows it
+    wrote by their place in the batch (from 1)."""
+    n = 0
+    for _, o in ordered:
+        if not _plain_done(o):
+            break
+        n += 1
+    done, rest = ordered[:n], ordered[n:]
     return {
         "now": now,
-        "names": [a.schedule for a, _ in finished],
-        "slots": [a.slot for a, _ in finished],
-        "attempts": [a.attempt for a, _ in finished],
-        "statuses": [o.status for _, o in finished],
-        "outcomes": [o.outcome for _, o in finished],
-        "errors": [o.error for _, o in finished],
-        "delays": [o.delay_s for _, o in finished],
-        "spent": [o.spent for _, o in finished],
+        "done_names": [a.schedule for a, _ in done],
+        "done_slots": [a.slot for a, _ in done],
+        "done_attempts": [a.attempt for a, _ in done],
+        "names": [a.schedule for a, _ in rest],
+        "slots": [a.slot for a, _ in rest],
+        "attempts": [a.attempt for a, _ in rest],
+        "statuses": [o.status for _, o in rest],
+        "outcomes": [o.outcome for _, o in rest],
+        "errors": [o.error for _, o in rest],
+        "delays": [o.delay_s for _, o in rest],
+        "spent": [o.spent for _, o in rest],
         "worker": worker_id,
         "host": HOST,
         "pid": os.getpid(),
     }
 
 
-def finish_result(rows: list[dict[str, Any]]) -> set[tuple[str, datetime]]:
-    """The keys the finish statement wrote."""
-    return {(r["schedule_name"], r["scheduled_for"]) for r in rows}
+def finish_result(rows: Sequence[Sequence[Any]]) -> set[int]:
+    """The places in the batch (from 1) of the outcomes the finish statement wrote."""
+    return {r[0] for r in rows}
 
 
 def run_finish(
@@ -73,5 +98,7 @@ def run_finish(
     were fenced out: their attempt number is no longer the run's)."""
     if not finished:
         return set()
-    params = finish_params(finished, worker_id=worker_id, now=now)
-    return finish_result(conn.execute(q("run_finish"), params).fetchall())
+    ordered = finish_order(finished)
+    cur = conn.cursor(row_factory=tuple_row)
+    written = finish_result(cur.execute(q("run_finish"), finish_params(ordered, worker_id=worker_id, now=now)).fetchall())
+    return {ordered[i - 1][0].key for i in written}

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from fleet import logs, telemetry
@@ -18,8 +19,8 @@ from fleet.queries import q
 from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings
 from worker.attempt import Attempt, Outcome, execute
-from worker.claim import claim_params, claim_result
-from worker.finish import decide, finish_params, finish_result, handed_back, run_finish
+from worker.claim import claim_params, claim_result, claim_rows
+from worker.finish import decide, finish_order, finish_params, finish_result, handed_back
 from worker.heartbeat import Heartbeat
 from worker.listen import Listener
 
@@ -118,24 +119,22 @@ class Worker:
             # Pipelined: BEGIN, finish, claim and COMMIT travel in one round trip, with one commit.
             with conn.pipeline(), conn.transaction():
                 conn.execute(q("run_round_settings"))
-                fin = (
-                    conn.execute(q("run_finish"), finish_params(batch, worker_id=s.worker_id))
-                    if batch
-                    else None
-                )
-                sent = time.monotonic()
-                claim = (
-                    conn.execute(
+                fin = None
+                if batch:
+                    batch = finish_order(batch)
+                    fin = conn.cursor(row_factory=tuple_row)
+                    fin.execute(q("run_finish"), finish_params(batch, worker_id=s.worker_id))
+                claim = None
+                if result.requested:
+                    claim = conn.cursor(row_factory=claim_rows(s.lease_s, time.monotonic()))
+                    claim.execute(
                         q("run_claim"),
                         claim_params(
                             worker_id=s.worker_id, jobs=self.jobs, limit=result.requested, lease_s=s.lease_s
                         ),
                     )
-                    if result.requested
-                    else None
-                )
             written = finish_result(fin.fetchall()) if fin else set()
-            attempts, skipped = claim_result(claim.fetchall(), s.lease_s, sent) if claim else ([], [])
+            attempts, skipped = claim_result(claim.fetchall()) if claim else ([], [])
         except psycopg.Error:
             self.to_record = batch + self.to_record  # recorded after reconnecting
             raise
@@ -143,11 +142,11 @@ class Worker:
         result.recorded = len(batch)
         result.claimed = len(attempts)
         result.skipped = len(skipped)
-        for row in skipped:
+        for k in skipped:
             logs.event(
                 "skipped",
-                schedule=row["schedule_name"],
-                slot=row["scheduled_for"],
+                schedule=k.schedule,
+                slot=k.slot,
                 attempt=None,  # no attempt was made: the same fields as every other run event
                 worker_id=self.settings.worker_id,
                 outcome="skipped",
@@ -206,19 +205,24 @@ class Worker:
         """Record the outcomes decided so far, without claiming."""
         if not self.to_record:
             return
-        batch, self.to_record = self.to_record, []
+        batch, self.to_record = finish_order(self.to_record), []
         try:
-            written = run_finish(conn, batch, worker_id=self.settings.worker_id)
+            cur = conn.cursor(row_factory=tuple_row)
+            cur.execute(q("run_finish"), finish_params(batch, worker_id=self.settings.worker_id))
+            written = finish_result(cur.fetchall())
         except psycopg.Error:
             self.to_record = batch + self.to_record
             raise
         self._report(batch, written)
 
-    def _report(self, batch: list[tuple[Attempt, Outcome]], written: set[tuple[str, Any]]) -> None:
+    def _report(self, batch: list[tuple[Attempt, Outcome]], written: set[int]) -> None:
+        """Log (and trace) the outcomes of `batch`; `written` holds the places (from 1) of those the
+        finish statement wrote."""
         now = time.monotonic()
-        for a, o in batch:
+        tracing = telemetry.enabled()
+        for i, (a, o) in enumerate(batch, 1):
             duration_ms = round((now - a.started_mono) * 1000, 3)
-            if a.key not in written:
+            if i not in written:
                 self.counts["fenced"] += 1
                 self._log(
                     "fenced",
@@ -228,11 +232,14 @@ class Worker:
                     error="not recorded: another worker holds this run now",
                 )
                 continue
-            telemetry.attempt_recorded(a, o.outcome, o.error)
-            name = {"done": "finished", "dead": "dead"}.get(o.status) or (
-                "handed_back" if o.outcome == "handed_back" else "retried"
-            )
-            self.counts["done" if o.status == "done" else "dead" if o.status == "dead" else "failed"] += 1
+            if tracing:
+                telemetry.attempt_recorded(a, o.outcome, o.error)
+            if o.status == "done":
+                self.counts["done"] += 1
+                self._log("finished", a, outcome=o.outcome, duration_ms=duration_ms, error=o.error)
+                continue
+            name = "dead" if o.status == "dead" else "handed_back" if o.outcome == "handed_back" else "retried"
+            self.counts["dead" if o.status == "dead" else "failed"] += 1
             self._log(
                 name,
                 a,
@@ -243,20 +250,21 @@ class Worker:
             )
 
     def _log(self, name: str, a: Attempt, **fields: Any) -> None:
+        """One line about attempt `a`: its identity, then outcome, duration_ms, error and `fields`."""
+        if a.log_fields is None:
+            a.log_fields = logs.Fields(
+                schedule=a.schedule,
+                slot=a.slot,
+                attempt=a.attempt,
+                worker_id=self.settings.worker_id,
+                job=a.job,
+                trace_id=a.trace_id,
+                span_id=a.span_id,
+            )
         fields.setdefault("outcome", None)
         fields.setdefault("duration_ms", None)
         fields.setdefault("error", None)
-        logs.event(
-            name,
-            schedule=a.schedule,
-            slot=a.slot,
-            attempt=a.attempt,
-            worker_id=self.settings.worker_id,
-            job=a.job,
-            trace_id=a.trace_id,
-            span_id=a.span_id,
-            **fields,
-        )
+        logs.event(name, a.log_fields, **fields)
 
     # -- the loop ------------------------------------------------------------------------------
 

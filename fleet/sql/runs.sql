@@ -147,14 +147,22 @@ RETURNING r.schedule_name, r.scheduled_for
 
 -- name: run_finish
 -- Record attempts' outcomes, fenced on the attempt number: a stale worker's write matches nothing.
--- status: 'done' | 'dead' | 'pending' (retry after delay_s, or handed back with delay 0).
+-- status: 'done' | 'dead' | 'pending' (retry after delay_s, or handed back with delay 0). Plain
+-- successes come as keys only (done_*), the other outcomes in full; `i` numbers the batch from 1.
 -- As in run_heartbeat, rows are found by primary key (the status test is on its text). The
 -- attempt's start and trace ids are the row's own, set by the claim.
 WITH v AS (
-    SELECT * FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(attempts)b::integer[],
-                         %(statuses)b::text[], %(outcomes)b::text[], %(errors)b::text[],
-                         %(delays)b::float8[], %(spent)b::integer[])
-        AS v(name, slot, attempt, status, outcome, error, delay_s, spent)
+    SELECT d.name, d.slot, d.attempt, 'done' AS status, 'done' AS outcome, NULL::text AS error,
+           0::float8 AS delay_s, 0 AS spent, d.i
+    FROM unnest(%(done_names)b::text[], %(done_slots)b::timestamptz[], %(done_attempts)b::integer[])
+         WITH ORDINALITY AS d(name, slot, attempt, i)
+    UNION ALL
+    SELECT o.name, o.slot, o.attempt, o.status, o.outcome, o.error, o.delay_s, o.spent,
+           o.i + cardinality(%(done_names)b::text[])
+    FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(attempts)b::integer[],
+                %(statuses)b::text[], %(outcomes)b::text[], %(errors)b::text[],
+                %(delays)b::float8[], %(spent)b::integer[])
+         WITH ORDINALITY AS o(name, slot, attempt, status, outcome, error, delay_s, spent, i)
 ),
 fin AS (
     UPDATE job_runs r
@@ -174,7 +182,7 @@ fin AS (
     WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.attempts = v.attempt
       AND r.status::text = 'running'
     RETURNING r.schedule_name, r.scheduled_for, r.attempts, r.status::text AS status, r.overlap,
-              r.started_at, r.trace_id, r.span_id, v.outcome, v.error
+              r.started_at, r.trace_id, r.span_id, v.outcome, v.error, v.i
 ),
 history AS (
     INSERT INTO job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid, started_at,
@@ -193,7 +201,7 @@ ungate AS (
 )
 -- Wake idle workers when a run became claimable: a gate was freed, a run was handed back, or a
 -- retry was planned (they recompute how long to sleep).
-SELECT f.schedule_name, f.scheduled_for, f.status,
+SELECT f.i,
        (SELECT count(pg_notify('fleet_runs', ''))
         FROM (SELECT 1 FROM ungate UNION ALL SELECT 1 FROM fin WHERE status = 'pending' LIMIT 1) u) AS woke
 FROM fin f

@@ -140,7 +140,7 @@ def test_overlap_skip_records_the_overlapping_slot_skipped(conn: psycopg.Connect
     (a,), _ = claim(conn, T0)
     add_run(conn, "s", T0 + timedelta(seconds=5), overlap="skip")
     got, skipped = claim(conn, T0 + timedelta(seconds=5))
-    assert got == [] and [r["scheduled_for"] for r in skipped] == [T0 + timedelta(seconds=5)]
+    assert got == [] and [r.slot for r in skipped] == [T0 + timedelta(seconds=5)]
     r = row(conn, slot=T0 + timedelta(seconds=5))
     assert r["status"] == "skipped" and "overlap" in r["last_error"]
     # Once the first run ends the gate is free for the next slot.
@@ -186,3 +186,35 @@ def test_reclaim_after_the_last_allowed_attempt_is_reported(conn: psycopg.Connec
     claim(conn, T0)
     (a,), _ = claim(conn, T0 + timedelta(seconds=LEASE + 1), worker="w2")
     assert a.failures >= a.max_attempts  # the worker records it dead instead of running it
+
+
+def test_one_finish_records_a_mixed_batch_and_names_what_it_wrote(conn: psycopg.Connection[Any]) -> None:
+    """Plain successes travel as keys only and the rest in full, in one statement; the written
+    keys come back whatever order the batch had, and a fenced-out outcome is not among them."""
+    schedule(conn, retry='{ max_attempts = 3, base = "10s", cap = "15s" }')
+    slots = [T0 + timedelta(seconds=i) for i in range(5)]
+    for slot in slots:
+        add_run(conn, "s", slot)
+    got, _ = claim(conn, slots[-1])
+    a = {g.slot: g for g in got}
+    stale = Attempt(**{**{f: getattr(a[slots[4]], f) for f in ("schedule", "slot", "job", "args", "failures",
+                                                               "timeout", "max_attempts", "retry_base",
+                                                               "retry_cap", "started_at")}, "attempt": 7})
+    batch = [
+        (a[slots[0]], decide(a[slots[0]], "failed", "boom", rand=lambda: 0.5)),
+        (a[slots[1]], Outcome("done", "done")),
+        (a[slots[2]], decide(a[slots[2]], "permanent", "Permanent: no")),
+        (a[slots[3]], Outcome("done", "done")),
+        (stale, Outcome("done", "done")),  # attempt 7 was never claimed: fenced out
+    ]
+    assert fin(conn, batch, now=T0 + timedelta(minutes=1)) == {a[s].key for s in slots[:4]}
+    statuses = [row(conn, slot=s)["status"] for s in slots]
+    assert statuses == ["pending", "done", "dead", "done", "running"]
+    history = conn.execute(
+        "SELECT scheduled_for, outcome, error, trace_id FROM job_attempts ORDER BY scheduled_for"
+    ).fetchall()
+    assert [(h["scheduled_for"], h["outcome"]) for h in history] == [
+        (slots[0], "failed"), (slots[1], "done"), (slots[2], "dead"), (slots[3], "done")
+    ]
+    assert history[0]["error"].startswith("boom") and history[1]["error"] is None
+    assert [h["trace_id"] for h in history] == [a[s].trace_id for s in slots[:4]]
