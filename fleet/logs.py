@@ -21,6 +21,9 @@ _base: dict[str, Any] = {}
 _base_json = b""  # `_base` serialised: b',"k":v,...', or empty
 _second = -1
 _prefix = ""
+_milli = -1
+_rendered = b""
+_EVENT_KEYS: dict[str, bytes] = {}
 
 
 def configure(fmt: str = "json", stream: IO[bytes] | None = None, **base: Any) -> None:
@@ -49,14 +52,29 @@ class Fields:
 
 
 def _timestamp() -> str:
-    # Wall-clock time is only a label on the log line; nothing is decided with it.
-    global _second, _prefix
-    now = time.time()
-    sec = int(now)
-    if sec != _second:
-        _prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-        _second = sec
-    return f"{_prefix}.{int((now - sec) * 1000):03d}Z"
+    return _timestamp_bytes().decode()
+
+
+def _timestamp_bytes() -> bytes:
+    # Wall-clock time is only a label on the log line; nothing is decided with it. Lines written
+    # in the same millisecond (a worker's round) share one rendering.
+    global _second, _prefix, _milli, _rendered
+    milli = time.time_ns() // 1_000_000
+    if milli != _milli:
+        sec, ms = divmod(milli, 1000)
+        if sec != _second:
+            _prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+            _second = sec
+        _rendered = f"{_prefix}.{ms:03d}Z".encode()
+        _milli = milli
+    return _rendered
+
+
+def _event_key(name: str) -> bytes:
+    key = _EVENT_KEYS.get(name)
+    if key is None:
+        key = _EVENT_KEYS[name] = b'","event":' + orjson.dumps(name)
+    return key
 
 
 def event(name: str, shared: Fields | None = None, /, **fields: Any) -> None:
@@ -66,9 +84,8 @@ def event(name: str, shared: Fields | None = None, /, **fields: Any) -> None:
         line = b"".join(
             (
                 b'{"ts":"',
-                _timestamp().encode(),
-                b'","event":',
-                orjson.dumps(name),
+                _timestamp_bytes(),
+                _event_key(name),
                 _base_json,
                 shared.json() if shared is not None else b"",
                 b"," + orjson.dumps(fields, option=_OPTIONS)[1:] if fields else b"}",
@@ -81,6 +98,31 @@ def event(name: str, shared: Fields | None = None, /, **fields: Any) -> None:
             f"{k}={_text(v)}" for k, v in record.items() if k not in ("ts", "event") and v is not None
         )
         line = f"{record['ts']} {name:<16} {rest}\n".encode()
+    buffer: list[bytes] | None = getattr(_local, "buffer", None)
+    if buffer is not None:
+        buffer.append(line)
+    else:
+        _write(line)
+
+
+_NO_OUTCOME = b',"outcome":null,"duration_ms":null,"error":null}\n'
+
+
+def attempt_event(
+    name: str, attempt: Fields, outcome: str | None, duration_ms: float | None, error: str | None
+) -> None:
+    """`event(name, attempt, outcome=..., duration_ms=..., error=...)`, the worker's line for each
+    attempt event, made with fewer steps: a worker writes two of them for every run."""
+    if _format != "json":
+        event(name, attempt, outcome=outcome, duration_ms=duration_ms, error=error)
+        return
+    if outcome is None and duration_ms is None and error is None:
+        tail = _NO_OUTCOME
+    elif outcome == "done" and error is None and isinstance(duration_ms, float):
+        tail = b"".join((b',"outcome":"done","duration_ms":', orjson.dumps(duration_ms), b',"error":null}\n'))
+    else:
+        tail = b"," + orjson.dumps({"outcome": outcome, "duration_ms": duration_ms, "error": error})[1:] + b"\n"
+    line = b"".join((b'{"ts":"', _timestamp_bytes(), _event_key(name), _base_json, attempt.json(), tail))
     buffer: list[bytes] | None = getattr(_local, "buffer", None)
     if buffer is not None:
         buffer.append(line)

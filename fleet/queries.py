@@ -15,8 +15,19 @@ def parse_statements(text: str, statements: dict[str, str] | None = None) -> dic
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in found:
             raise RuntimeError(f"SQL statement {name!r} is defined twice")
-        found[name] = body.strip()
+        found[name] = compact(body)
     return found
+
+
+def compact(sql: str) -> str:
+    """The statement without its comment lines and indentation.
+
+    Comments stay in the files; what is sent is short enough (under 4 kB) for psycopg to keep its
+    conversion of the placeholders instead of parsing the text again at every execution. The
+    statements have no comment after code on a line, and none inside a string.
+    """
+    lines = (line.strip() for line in sql.splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith("--"))
 
 
 def _load() -> dict[str, str]:

@@ -49,7 +49,7 @@ CLAIM_COLUMNS = (
 )
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """How an attempt ended, as the finish statement records it."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import time
@@ -41,10 +42,8 @@ def claim_rows(lease_s: float, sent_mono: float) -> Callable[[Any], Callable[[Se
     """A psycopg row factory turning the claim's rows straight into attempts (or skipped runs)."""
 
     def factory(cursor: Any) -> Callable[[Sequence[Any]], Attempt | Skipped]:
-        names = [c.name for c in cursor.description or ()]
-        take = operator.itemgetter(*(names.index(c) for c in CLAIM_COLUMNS))
-        reason = names.index("skipped_reason")
-        schedule, slot = names.index("schedule_name"), names.index("scheduled_for")
+        res = cursor.pgresult
+        take, reason, schedule, slot = _positions(tuple(res.fname(i) for i in range(res.nfields)))
         from_values = Attempt.from_values
 
         def make(values: Sequence[Any]) -> Attempt | Skipped:
@@ -55,6 +54,15 @@ def claim_rows(lease_s: float, sent_mono: float) -> Callable[[Any], Callable[[Se
         return make
 
     return factory
+
+
+@functools.cache
+def _positions(names: tuple[bytes, ...]) -> tuple[Callable[[Sequence[Any]], tuple[Any, ...]], int, int, int]:
+    """For the claim's column names: a getter of the attempt's values in the order of CLAIM_COLUMNS,
+    and the places of skipped_reason, schedule_name and scheduled_for."""
+    place = {n.decode(): i for i, n in enumerate(names)}
+    take = operator.itemgetter(*(place[c] for c in CLAIM_COLUMNS))
+    return take, place["skipped_reason"], place["schedule_name"], place["scheduled_for"]
 
 
 def claim_result(rows: Sequence[Attempt | Skipped]) -> tuple[list[Attempt], list[Skipped]]:

@@ -16,12 +16,15 @@ from fleet.queries import q
 from worker.attempt import HOST, Attempt, Outcome
 
 
+DONE = Outcome("done", "done")  # the outcome of nearly every attempt, shared (outcomes are not changed)
+
+
 def decide(
     attempt: Attempt, verdict: str, error: str | None, rand: Callable[[], float] = random.random
 ) -> Outcome:
     """The outcome of an attempt whose handler returned `verdict` (done/permanent/failed/timeout)."""
     if verdict == "done":
-        return Outcome("done", "done")
+        return DONE
     if verdict == "permanent":
         return Outcome("dead", "dead", error, spent=1)
     failures = attempt.failures + 1
@@ -39,7 +42,7 @@ def handed_back() -> Outcome:
 
 
 def _plain_done(o: Outcome) -> bool:
-    return o.status == "done" and o.outcome == "done" and o.error is None and o.spent == 0
+    return o is DONE or (o.status == "done" and o.outcome == "done" and o.error is None and o.spent == 0)
 
 
 def finish_order(finished: Sequence[tuple[Attempt, Outcome]]) -> list[tuple[Attempt, Outcome]]:

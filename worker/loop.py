@@ -249,7 +249,15 @@ class Worker:
                 retry_in_s=round(o.delay_s, 3) if o.status == "pending" else None,
             )
 
-    def _log(self, name: str, a: Attempt, **fields: Any) -> None:
+    def _log(
+        self,
+        name: str,
+        a: Attempt,
+        outcome: str | None = None,
+        duration_ms: float | None = None,
+        error: str | None = None,
+        **fields: Any,
+    ) -> None:
         """One line about attempt `a`: its identity, then outcome, duration_ms, error and `fields`."""
         if a.log_fields is None:
             a.log_fields = logs.Fields(
@@ -261,10 +269,10 @@ class Worker:
                 trace_id=a.trace_id,
                 span_id=a.span_id,
             )
-        fields.setdefault("outcome", None)
-        fields.setdefault("duration_ms", None)
-        fields.setdefault("error", None)
-        logs.event(name, a.log_fields, **fields)
+        if fields:
+            logs.event(name, a.log_fields, outcome=outcome, duration_ms=duration_ms, error=error, **fields)
+        else:
+            logs.attempt_event(name, a.log_fields, outcome, duration_ms, error)
 
     # -- the loop ------------------------------------------------------------------------------
 

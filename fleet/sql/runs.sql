@@ -33,15 +33,14 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- a fresh run that finds the gate held by another run is recorded 'skipped' under overlap 'skip'
 -- and left pending under 'queue'.
 --
--- Written for a plan that stays flat: each candidate is read once (locked, with the values the
--- tracing links and a lost attempt's history need), the updates join on the primary key through a
--- two-column subquery (OFFSET 0 keeps it narrow: an UPDATE copies each joined row of a subquery
--- whole), and the previous status is the row's own value in SET, read under the lock.
+-- Written for a plan that stays flat: each candidate is read once, locked, with the values it had
+-- before (tracing links and a lost attempt's history need them); the updates join on the primary
+-- key through a two-column subquery (OFFSET 0 keeps it narrow: an UPDATE copies each joined row
+-- of a subquery whole); the previous status is the row's own value in SET, read under the lock.
+-- The result has the columns of `out` and the schedule's, and 'overlap' in skipped_reason for a
+-- run recorded skipped (then only its key is set). Empty args come back as NULL: nothing to decode.
 WITH expired AS (
-    SELECT r.schedule_name, r.scheduled_for, r.overlap, r.status AS prev_status, r.attempts AS prev_attempts,
-           r.trace_id AS prev_trace_id, r.span_id AS prev_span_id, r.last_outcome AS prev_outcome,
-           r.locked_by AS prev_worker, r.locked_host AS prev_host, r.locked_pid AS prev_pid,
-           r.started_at AS prev_started_at, r.locked_until AS prev_locked_until
+    SELECT r.*
     FROM job_runs r
     WHERE r.status = 'running' AND r.locked_until < coalesce(%(now)b::timestamptz, now())
       AND r.job = ANY(%(jobs)b::text[])
@@ -50,10 +49,7 @@ WITH expired AS (
     FOR UPDATE OF r SKIP LOCKED
 ),
 due AS (
-    SELECT r.schedule_name, r.scheduled_for, r.overlap, r.status AS prev_status, r.attempts AS prev_attempts,
-           r.trace_id AS prev_trace_id, r.span_id AS prev_span_id, r.last_outcome AS prev_outcome,
-           r.locked_by AS prev_worker, r.locked_host AS prev_host, r.locked_pid AS prev_pid,
-           r.started_at AS prev_started_at, r.locked_until AS prev_locked_until
+    SELECT r.*
     FROM job_runs r
     WHERE r.status = 'pending' AND r.run_after <= coalesce(%(now)b::timestamptz, now())
       AND r.job = ANY(%(jobs)b::text[])
@@ -80,7 +76,7 @@ claimed AS (
     SET status = 'running',
         attempts = r.attempts + 1,
         -- a lease that ran out spent a try: the attempt crashed or stalled
-        failures = r.failures + CASE WHEN r.status = 'running' THEN 1 ELSE 0 END,
+        failures = r.failures + (r.status = 'running')::int,
         last_outcome = CASE WHEN r.status = 'running' THEN 'lease_expired' ELSE r.last_outcome END,
         locked_by = %(worker)s,
         locked_host = %(host)s,
@@ -94,23 +90,25 @@ claimed AS (
              OR EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
           OFFSET 0) c
     WHERE r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
-    RETURNING r.schedule_name, r.scheduled_for, r.job, r.args, r.attempts, r.failures, r.origin,
-              r.started_at, r.trace_id, r.span_id, r.created_trace_id, r.created_span_id
+    RETURNING r.schedule_name, r.scheduled_for, r.job, nullif(r.args, '{}') AS args, r.attempts, r.failures,
+              r.origin, r.started_at, r.trace_id, r.span_id, r.created_trace_id, r.created_span_id
 ),
 skipped AS (
     UPDATE job_runs r
     SET status = 'skipped', finished_at = coalesce(%(now)b::timestamptz, now()), last_outcome = 'skipped',
         last_error = 'overlap: an earlier run of this schedule was still in progress'
     FROM (SELECT c.schedule_name, c.scheduled_for FROM cand c
-          WHERE c.overlap = 'skip' AND c.prev_status = 'pending' AND c.prev_attempts = 0
+          WHERE c.overlap = 'skip' AND c.status = 'pending' AND c.attempts = 0
             AND NOT EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
           OFFSET 0) c
     WHERE r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
     RETURNING r.schedule_name, r.scheduled_for
 ),
 out AS (
-    SELECT k.*, c.prev_status, c.prev_attempts, c.prev_trace_id, c.prev_span_id, c.prev_outcome,
-           c.prev_worker, c.prev_host, c.prev_pid, c.prev_started_at, c.prev_locked_until
+    SELECT k.*, c.status AS prev_status, c.attempts AS prev_attempts, c.trace_id AS prev_trace_id,
+           c.span_id AS prev_span_id, c.last_outcome AS prev_outcome, c.locked_by AS prev_worker,
+           c.locked_host AS prev_host, c.locked_pid AS prev_pid, c.started_at AS prev_started_at,
+           c.locked_until AS prev_locked_until
     FROM claimed k JOIN cand c ON c.schedule_name = k.schedule_name AND c.scheduled_for = k.scheduled_for
 ),
 lost AS (
@@ -124,14 +122,11 @@ lost AS (
     WHERE o.prev_status = 'running' AND o.prev_attempts > 0
     ON CONFLICT DO NOTHING
 )
-SELECT o.schedule_name, o.scheduled_for, o.job, o.args, o.attempts, o.failures, o.origin, o.started_at,
-       o.trace_id, o.span_id, o.created_trace_id, o.created_span_id, o.prev_status, o.prev_trace_id,
-       o.prev_span_id, o.prev_outcome, o.prev_worker, o.prev_started_at, o.prev_locked_until,
-       s.timeout, s.max_attempts, s.retry_base, s.retry_cap, NULL::text AS skipped_reason
+SELECT o.*, s.timeout, s.max_attempts, s.retry_base, s.retry_cap, NULL::text AS skipped_reason
 FROM out o JOIN schedules s ON s.name = o.schedule_name
 UNION ALL
-SELECT k.schedule_name, k.scheduled_for, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'overlap'
+SELECT k.schedule_name, k.scheduled_for, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'overlap'
 FROM skipped k
 
 -- name: run_heartbeat
