@@ -44,7 +44,6 @@ CLAIM_COLUMNS = (
     "prev_outcome",
     "prev_worker",
     "prev_started_at",
-    "prev_locked_until",
     "origin",
 )
 
@@ -86,7 +85,6 @@ class Attempt:
     prev_outcome: str | None = None
     prev_worker: str | None = None
     prev_started_at: datetime | None = None
-    prev_locked_until: datetime | None = None
     origin: str = "schedule"
     # Local bookkeeping.
     state: State = "running"

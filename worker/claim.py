@@ -89,5 +89,5 @@ def run_claim(
     fencing token every later write of the attempt is conditioned on.
     """
     params = claim_params(worker_id=worker_id, jobs=jobs, limit=limit, lease_s=lease_s, now=now)
-    cur = conn.cursor(row_factory=claim_rows(lease_s, time.monotonic()))
+    cur = conn.cursor(row_factory=claim_rows(lease_s, time.monotonic()), binary=True)
     return claim_result(cur.execute(q("run_claim"), params).fetchall())

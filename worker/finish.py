@@ -102,6 +102,6 @@ def run_finish(
     if not finished:
         return set()
     ordered = finish_order(finished)
-    cur = conn.cursor(row_factory=tuple_row)
+    cur = conn.cursor(row_factory=tuple_row, binary=True)
     written = finish_result(cur.execute(q("run_finish"), finish_params(ordered, worker_id=worker_id, now=now)).fetchall())
     return {ordered[i - 1][0].key for i in written}

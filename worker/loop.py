@@ -122,11 +122,11 @@ class Worker:
                 fin = None
                 if batch:
                     batch = finish_order(batch)
-                    fin = conn.cursor(row_factory=tuple_row)
+                    fin = conn.cursor(row_factory=tuple_row, binary=True)
                     fin.execute(q("run_finish"), finish_params(batch, worker_id=s.worker_id))
                 claim = None
                 if result.requested:
-                    claim = conn.cursor(row_factory=claim_rows(s.lease_s, time.monotonic()))
+                    claim = conn.cursor(row_factory=claim_rows(s.lease_s, time.monotonic()), binary=True)
                     claim.execute(
                         q("run_claim"),
                         claim_params(
@@ -207,7 +207,7 @@ class Worker:
             return
         batch, self.to_record = finish_order(self.to_record), []
         try:
-            cur = conn.cursor(row_factory=tuple_row)
+            cur = conn.cursor(row_factory=tuple_row, binary=True)
             cur.execute(q("run_finish"), finish_params(batch, worker_id=self.settings.worker_id))
             written = finish_result(cur.fetchall())
         except psycopg.Error:

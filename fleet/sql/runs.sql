@@ -105,10 +105,9 @@ skipped AS (
     RETURNING r.schedule_name, r.scheduled_for
 ),
 out AS (
-    SELECT k.*, c.status AS prev_status, c.attempts AS prev_attempts, c.trace_id AS prev_trace_id,
+    SELECT k.*, c.status::text AS prev_status, c.attempts AS prev_attempts, c.trace_id AS prev_trace_id,
            c.span_id AS prev_span_id, c.last_outcome AS prev_outcome, c.locked_by AS prev_worker,
-           c.locked_host AS prev_host, c.locked_pid AS prev_pid, c.started_at AS prev_started_at,
-           c.locked_until AS prev_locked_until
+           c.locked_host AS prev_host, c.locked_pid AS prev_pid, c.started_at AS prev_started_at
     FROM claimed k JOIN cand c ON c.schedule_name = k.schedule_name AND c.scheduled_for = k.scheduled_for
 ),
 lost AS (
@@ -126,7 +125,7 @@ SELECT o.*, s.timeout, s.max_attempts, s.retry_base, s.retry_cap, NULL::text AS 
 FROM out o JOIN schedules s ON s.name = o.schedule_name
 UNION ALL
 SELECT k.schedule_name, k.scheduled_for, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'overlap'
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'overlap'
 FROM skipped k
 
 -- name: run_heartbeat
