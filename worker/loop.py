@@ -63,18 +63,25 @@ class Worker:
     # -- the handler threads -------------------------------------------------------------------
 
     def _executor(self) -> None:
+        tracing = telemetry.enabled()
         while True:
             a = self.todo.get()
             if a is None:
                 return
             ctx = a.context(self.settings.worker_id)
-            with telemetry.attempt_span(a, ctx):
+            if tracing:
+                with telemetry.attempt_span(a, ctx):
+                    verdict, error = execute(self.handlers[a.job], ctx)
+            else:
                 verdict, error = execute(self.handlers[a.job], ctx)
             with self.lock:
                 a.verdict = (verdict, error)
                 a.returned = True  # from here on a hand-back must not claim this run unfinished
             self.done.put(a)
-            self.wake.set()
+            # The loop clears `wake` before it collects: an attempt put before a set flag is seen
+            # is collected in that round, so a flag already set needs no second (locking) set.
+            if not self.wake.is_set():
+                self.wake.set()
 
     # -- state shared with the heartbeat ---------------------------------------------------------
 
@@ -116,8 +123,10 @@ class Worker:
             return result
         s = self.settings
         try:
-            # Pipelined: BEGIN, finish, claim and COMMIT travel in one round trip, with one commit.
-            with conn.pipeline(), conn.transaction():
+            # Pipelined: the settings, finish and claim travel in one round trip and form one
+            # transaction, committed by the pipeline's closing Sync (the protocol's implicit
+            # transaction: an error in any of them rolls back all, nothing needs BEGIN or COMMIT).
+            with conn.pipeline():
                 conn.execute(q("run_round_settings"))
                 fin = None
                 if batch:

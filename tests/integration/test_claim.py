@@ -218,3 +218,24 @@ def test_one_finish_records_a_mixed_batch_and_names_what_it_wrote(conn: psycopg.
     ]
     assert history[0]["error"].startswith("boom") and history[1]["error"] is None
     assert [h["trace_id"] for h in history] == [a[s].trace_id for s in slots[:4]]
+
+
+def test_a_round_is_one_transaction(conn: psycopg.Connection[Any]) -> None:
+    """A worker round is a pipeline without BEGIN: its statements form one transaction that the
+    closing Sync commits. The round's settings hold for the statements after them and end with
+    it, and an error anywhere rolls back the whole round (a finish is never kept without its claim)."""
+    from fleet.queries import q
+
+    schedule(conn)
+    add_run(conn, "s", T0)
+    with conn.pipeline():
+        conn.execute(q("run_round_settings"))
+        inside = conn.execute("SELECT current_setting('enable_seqscan') AS v")
+        conn.execute("UPDATE job_runs SET failures = 1")
+    assert inside.fetchone() == {"v": "off"}
+    assert conn.execute("SELECT current_setting('enable_seqscan') AS v").fetchone() == {"v": "on"}
+    assert row(conn)["failures"] == 1
+    with pytest.raises(psycopg.errors.DivisionByZero), conn.pipeline():
+        conn.execute("UPDATE job_runs SET failures = 2")
+        conn.execute("SELECT 1 / 0")
+    assert row(conn)["failures"] == 1
