@@ -19,13 +19,15 @@ SELECT pg_notify('fleet_runs', '')
 -- Planner settings for one worker round (finish + claim), local to its transaction so that they
 -- never leak through a transaction-pooling proxy. The round's statements reach a few rows each
 -- through an index, and must keep doing so however stale the statistics: planned after a backlog
--- appeared but before the next analyze, a claim would read and sort the whole backlog (a bitmap
--- scan cannot return rows in order) and a finish would scan the table for its hundred keys, every
--- round. With sequential and bitmap scans off, the ordered index scan and the primary-key probes
--- are the plans whatever the statistics say. The generic plan of a prepared round statement is
--- kept rather than planned anew each time, and JIT compilation only costs statements this small.
+-- appeared but before the next analyze, a claim would read and sort every open run (through a
+-- bitmap scan, or another partial index than the one in its order) and a finish would scan the
+-- table for its hundred keys, every round. With sequential and bitmap scans and sorts off, the
+-- lease and pending indexes read in order and the primary-key probes are the plans whatever the
+-- statistics say. The generic plan of a prepared round statement is kept rather than planned anew
+-- each time, and JIT compilation only costs statements this small.
 SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-       set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)
+       set_config('enable_sort', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('jit', 'off', true)
 
 -- name: run_claim
 -- Claim due runs: pending and due, or running with an expired lease, by one path. Runs of a

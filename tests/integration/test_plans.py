@@ -112,11 +112,18 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
 
 
 def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -> None:
-    """Statistics taken while the table was empty, then a backlog: the claim still walks the pending
-    index in order (no sort of the whole backlog) and the finish probes the primary key."""
+    """Statistics taken while no run was open, then a backlog: the claim still walks the lease and
+    pending indexes in order (no scan and sort of the whole backlog) and the finish probes the
+    primary key."""
     conn.execute(
         "INSERT INTO schedules (name, every, job, overlap, timing_hash) "
         "VALUES ('s1', '1 hour', 'noop', 'allow', 'x')"
+    )
+    conn.execute(
+        "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, status, attempts, run_after, finished_at) "
+        "SELECT 's1', %s - make_interval(days => 1, secs => g), 'noop', 'allow', 'done', 1, %s, %s "
+        "FROM generate_series(1, 100000) g",
+        (T0, T0, T0),
     )
     conn.execute("VACUUM ANALYZE job_runs")
     conn.execute(
@@ -158,9 +165,11 @@ def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -
                 "pid": 1,
             },
         )
+    expired = claim[claim.index("CTE expired") : claim.index("CTE due")]
+    assert "Index Scan using job_runs_leases" in expired and "Sort" not in expired, claim
     due = claim[claim.index("CTE due") : claim.index("CTE cand")]
     assert "Index Scan using job_runs_pending" in due and "Sort" not in due, claim
     fin_update = fin[fin.index("CTE fin") : fin.index("CTE history")]
     assert "job_runs_pkey" in fin_update and "Join Filter" not in fin_update, fin
-    # without the round's settings the same statistics lead the claim to sort the backlog
-    assert "Sort" in (p := plan(conn, "run_claim", claim_params))[p.index("CTE due") : p.index("CTE cand")]
+    # without the round's settings the same statistics lead the claim to read and sort open runs
+    assert "Sort" in (p := plan(conn, "run_claim", claim_params))[p.index("CTE expired") : p.index("CTE cand")]
