@@ -121,7 +121,9 @@ def attempt_event(
     elif outcome == "done" and error is None and isinstance(duration_ms, float):
         tail = b"".join((b',"outcome":"done","duration_ms":', orjson.dumps(duration_ms), b',"error":null}\n'))
     else:
-        tail = b"," + orjson.dumps({"outcome": outcome, "duration_ms": duration_ms, "error": error})[1:] + b"\n"
+        tail = (
+            b"," + orjson.dumps({"outcome": outcome, "duration_ms": duration_ms, "error": error})[1:] + b"\n"
+        )
     line = b"".join((b'{"ts":"', _timestamp_bytes(), _event_key(name), _base_json, attempt.json(), tail))
     buffer: list[bytes] | None = getattr(_local, "buffer", None)
     if buffer is not None:

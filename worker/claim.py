@@ -38,7 +38,9 @@ def claim_params(
     }
 
 
-def claim_rows(lease_s: float, sent_mono: float) -> Callable[[Any], Callable[[Sequence[Any]], Attempt | Skipped]]:
+def claim_rows(
+    lease_s: float, sent_mono: float
+) -> Callable[[Any], Callable[[Sequence[Any]], Attempt | Skipped]]:
     """A psycopg row factory turning the claim's rows straight into attempts (or skipped runs)."""
 
     def factory(cursor: Any) -> Callable[[Sequence[Any]], Attempt | Skipped]:
@@ -73,6 +75,24 @@ def claim_result(rows: Sequence[Attempt | Skipped]) -> tuple[list[Attempt], list
     return attempts, [r for r in rows if isinstance(r, Skipped)]
 
 
+def send_claim(
+    conn: psycopg.Connection[Any],
+    *,
+    worker_id: str,
+    jobs: Sequence[str],
+    limit: int,
+    lease_s: float,
+    now: datetime | None = None,
+) -> psycopg.Cursor[Attempt | Skipped]:
+    """Execute `run_claim` (in a pipeline, its rows come later); the cursor's rows are attempts and
+    runs skipped for overlap."""
+    cur = conn.cursor(row_factory=claim_rows(lease_s, time.monotonic()), binary=True)
+    cur.execute(
+        q("run_claim"), claim_params(worker_id=worker_id, jobs=jobs, limit=limit, lease_s=lease_s, now=now)
+    )
+    return cur
+
+
 def run_claim(
     conn: psycopg.Connection[Any],
     *,
@@ -88,6 +108,5 @@ def run_claim(
     other's rows (SKIP LOCKED) and never wait on them. Each claim increments `attempts`, the
     fencing token every later write of the attempt is conditioned on.
     """
-    params = claim_params(worker_id=worker_id, jobs=jobs, limit=limit, lease_s=lease_s, now=now)
-    cur = conn.cursor(row_factory=claim_rows(lease_s, time.monotonic()), binary=True)
-    return claim_result(cur.execute(q("run_claim"), params).fetchall())
+    cur = send_claim(conn, worker_id=worker_id, jobs=jobs, limit=limit, lease_s=lease_s, now=now)
+    return claim_result(cur.fetchall())

@@ -15,7 +15,6 @@ from fleet.backoff import backoff_delay
 from fleet.queries import q
 from worker.attempt import HOST, Attempt, Outcome
 
-
 DONE = Outcome("done", "done")  # the outcome of nearly every attempt, shared (outcomes are not changed)
 
 
@@ -90,6 +89,19 @@ def finish_result(rows: Sequence[Sequence[Any]]) -> set[int]:
     return {r[0] for r in rows}
 
 
+def send_finish(
+    conn: psycopg.Connection[Any],
+    ordered: Sequence[tuple[Attempt, Outcome]],
+    *,
+    worker_id: str,
+    now: datetime | None = None,
+) -> psycopg.Cursor[tuple[Any, ...]]:
+    """Execute `run_finish` for a batch in `finish_order` (in a pipeline, its rows come later)."""
+    cur = conn.cursor(row_factory=tuple_row, binary=True)
+    cur.execute(q("run_finish"), finish_params(ordered, worker_id=worker_id, now=now))
+    return cur
+
+
 def run_finish(
     conn: psycopg.Connection[Any],
     finished: Sequence[tuple[Attempt, Outcome]],
@@ -102,6 +114,5 @@ def run_finish(
     if not finished:
         return set()
     ordered = finish_order(finished)
-    cur = conn.cursor(row_factory=tuple_row, binary=True)
-    written = finish_result(cur.execute(q("run_finish"), finish_params(ordered, worker_id=worker_id, now=now)).fetchall())
+    written = finish_result(send_finish(conn, ordered, worker_id=worker_id, now=now).fetchall())
     return {ordered[i - 1][0].key for i in written}

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from fleet import logs, telemetry
@@ -19,8 +18,8 @@ from fleet.queries import q
 from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings
 from worker.attempt import Attempt, Outcome, execute
-from worker.claim import claim_params, claim_result, claim_rows
-from worker.finish import decide, finish_order, finish_params, finish_result, handed_back
+from worker.claim import claim_result, send_claim
+from worker.finish import decide, finish_order, finish_result, handed_back, send_finish
 from worker.heartbeat import Heartbeat
 from worker.listen import Listener
 
@@ -131,16 +130,11 @@ class Worker:
                 fin = None
                 if batch:
                     batch = finish_order(batch)
-                    fin = conn.cursor(row_factory=tuple_row, binary=True)
-                    fin.execute(q("run_finish"), finish_params(batch, worker_id=s.worker_id))
+                    fin = send_finish(conn, batch, worker_id=s.worker_id)
                 claim = None
                 if result.requested:
-                    claim = conn.cursor(row_factory=claim_rows(s.lease_s, time.monotonic()), binary=True)
-                    claim.execute(
-                        q("run_claim"),
-                        claim_params(
-                            worker_id=s.worker_id, jobs=self.jobs, limit=result.requested, lease_s=s.lease_s
-                        ),
+                    claim = send_claim(
+                        conn, worker_id=s.worker_id, jobs=self.jobs, limit=result.requested, lease_s=s.lease_s
                     )
             written = finish_result(fin.fetchall()) if fin else set()
             attempts, skipped = claim_result(claim.fetchall()) if claim else ([], [])
@@ -216,9 +210,7 @@ class Worker:
             return
         batch, self.to_record = finish_order(self.to_record), []
         try:
-            cur = conn.cursor(row_factory=tuple_row, binary=True)
-            cur.execute(q("run_finish"), finish_params(batch, worker_id=self.settings.worker_id))
-            written = finish_result(cur.fetchall())
+            written = finish_result(send_finish(conn, batch, worker_id=self.settings.worker_id).fetchall())
         except psycopg.Error:
             self.to_record = batch + self.to_record
             raise
@@ -247,7 +239,9 @@ class Worker:
                 self.counts["done"] += 1
                 self._log("finished", a, outcome=o.outcome, duration_ms=duration_ms, error=o.error)
                 continue
-            name = "dead" if o.status == "dead" else "handed_back" if o.outcome == "handed_back" else "retried"
+            name = (
+                "dead" if o.status == "dead" else "handed_back" if o.outcome == "handed_back" else "retried"
+            )
             self.counts["dead" if o.status == "dead" else "failed"] += 1
             self._log(
                 name,

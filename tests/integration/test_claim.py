@@ -197,9 +197,26 @@ def test_one_finish_records_a_mixed_batch_and_names_what_it_wrote(conn: psycopg.
         add_run(conn, "s", slot)
     got, _ = claim(conn, slots[-1])
     a = {g.slot: g for g in got}
-    stale = Attempt(**{**{f: getattr(a[slots[4]], f) for f in ("schedule", "slot", "job", "args", "failures",
-                                                               "timeout", "max_attempts", "retry_base",
-                                                               "retry_cap", "started_at")}, "attempt": 7})
+    stale = Attempt(
+        **{
+            **{
+                f: getattr(a[slots[4]], f)
+                for f in (
+                    "schedule",
+                    "slot",
+                    "job",
+                    "args",
+                    "failures",
+                    "timeout",
+                    "max_attempts",
+                    "retry_base",
+                    "retry_cap",
+                    "started_at",
+                )
+            },
+            "attempt": 7,
+        }
+    )
     batch = [
         (a[slots[0]], decide(a[slots[0]], "failed", "boom", rand=lambda: 0.5)),
         (a[slots[1]], Outcome("done", "done")),
@@ -214,7 +231,10 @@ def test_one_finish_records_a_mixed_batch_and_names_what_it_wrote(conn: psycopg.
         "SELECT scheduled_for, outcome, error, trace_id FROM job_attempts ORDER BY scheduled_for"
     ).fetchall()
     assert [(h["scheduled_for"], h["outcome"]) for h in history] == [
-        (slots[0], "failed"), (slots[1], "done"), (slots[2], "dead"), (slots[3], "done")
+        (slots[0], "failed"),
+        (slots[1], "done"),
+        (slots[2], "dead"),
+        (slots[3], "done"),
     ]
     assert history[0]["error"].startswith("boom") and history[1]["error"] is None
     assert [h["trace_id"] for h in history] == [a[s].trace_id for s in slots[:4]]

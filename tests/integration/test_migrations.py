@@ -11,7 +11,13 @@ from fleet.db import connect
 from fleet.migrate import current_version, migrate, migrations
 
 EXPECTED_TABLES = {"schedules", "job_runs", "job_attempts", "fleet_processes", "fleet_migrations"}
-EXPECTED_INDEXES = {"job_runs_pending", "job_runs_leases", "job_runs_open", "job_runs_finished", "schedules_due"}
+EXPECTED_INDEXES = {
+    "job_runs_pending",
+    "job_runs_leases",
+    "job_runs_open",
+    "job_runs_finished",
+    "schedules_due",
+}
 
 
 def test_migrations_build_the_schema_from_empty(server_url: str) -> None:
@@ -26,16 +32,25 @@ def test_migrations_build_the_schema_from_empty(server_url: str) -> None:
             assert applied == [m.version for m in migrations()]
             assert migrate(conn) == []
             assert current_version(conn) == migrations()[-1].version
-            tables = {r["tablename"] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+            tables = {
+                r["tablename"]
+                for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            }
             assert EXPECTED_TABLES <= tables
-            indexes = {r["indexname"] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'public'")}
+            indexes = {
+                r["indexname"]
+                for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'public'")
+            }
             assert EXPECTED_INDEXES <= indexes
             pk = conn.execute(
                 "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
                 "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'job_runs'::regclass AND i.indisprimary "
-                "ORDER BY array_position(i.indkey, a.attnum)").fetchall()
+                "ORDER BY array_position(i.indkey, a.attnum)"
+            ).fetchall()
             assert [r["attname"] for r in pk] == ["schedule_name", "scheduled_for"]
-            enum = [r["e"] for r in conn.execute("SELECT unnest(enum_range(NULL::fleet_run_status))::text AS e")]
+            enum = [
+                r["e"] for r in conn.execute("SELECT unnest(enum_range(NULL::fleet_run_status))::text AS e")
+            ]
             assert enum == ["pending", "running", "done", "dead", "skipped"]
     finally:
         with connect(server_url, "t") as admin:
@@ -51,7 +66,8 @@ def test_deleting_runs_by_any_path_removes_their_attempts(conn: psycopg.Connecti
     trigger removes a deleted run's attempts, also when the run goes with its schedule."""
     for name in ("a", "b"):
         conn.execute(
-            "INSERT INTO schedules (name, every, job, timing_hash) VALUES (%s, '1 hour', 'noop', 'x')", (name,)
+            "INSERT INTO schedules (name, every, job, timing_hash) VALUES (%s, '1 hour', 'noop', 'x')",
+            (name,),
         )
         conn.execute(
             "INSERT INTO job_runs (schedule_name, scheduled_for, job, run_after) "
@@ -66,7 +82,9 @@ def test_deleting_runs_by_any_path_removes_their_attempts(conn: psycopg.Connecti
         )
 
     def attempts(name: str) -> int:
-        row = conn.execute("SELECT count(*) AS n FROM job_attempts WHERE schedule_name = %s", (name,)).fetchone()
+        row = conn.execute(
+            "SELECT count(*) AS n FROM job_attempts WHERE schedule_name = %s", (name,)
+        ).fetchone()
         return int(row["n"]) if row else -1
 
     assert (attempts("a"), attempts("b")) == (6, 6)

@@ -172,4 +172,6 @@ def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -
     fin_update = fin[fin.index("CTE fin") : fin.index("CTE history")]
     assert "job_runs_pkey" in fin_update and "Join Filter" not in fin_update, fin
     # without the round's settings the same statistics lead the claim to read and sort open runs
-    assert "Sort" in (p := plan(conn, "run_claim", claim_params))[p.index("CTE expired") : p.index("CTE cand")]
+    assert (
+        "Sort" in (p := plan(conn, "run_claim", claim_params))[p.index("CTE expired") : p.index("CTE cand")]
+    )
