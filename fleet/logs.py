@@ -98,11 +98,7 @@ def event(name: str, shared: Fields | None = None, /, **fields: Any) -> None:
             f"{k}={_text(v)}" for k, v in record.items() if k not in ("ts", "event") and v is not None
         )
         line = f"{record['ts']} {name:<16} {rest}\n".encode()
-    buffer: list[bytes] | None = getattr(_local, "buffer", None)
-    if buffer is not None:
-        buffer.append(line)
-    else:
-        _write(line)
+    _emit(line)
 
 
 _NO_OUTCOME = b',"outcome":null,"duration_ms":null,"error":null}\n'
@@ -124,7 +120,11 @@ def attempt_event(
         tail = (
             b"," + orjson.dumps({"outcome": outcome, "duration_ms": duration_ms, "error": error})[1:] + b"\n"
         )
-    line = b"".join((b'{"ts":"', _timestamp_bytes(), _event_key(name), _base_json, attempt.json(), tail))
+    _emit(b"".join((b'{"ts":"', _timestamp_bytes(), _event_key(name), _base_json, attempt.json(), tail)))
+
+
+def _emit(line: bytes) -> None:
+    """Write `line` now, or keep it for the end of this thread's `batched()` block."""
     buffer: list[bytes] | None = getattr(_local, "buffer", None)
     if buffer is not None:
         buffer.append(line)

@@ -97,11 +97,6 @@ class Attempt:
     log_fields: logs.Fields | None = None  # the fields every log line of this attempt carries
 
     @classmethod
-    def from_row(cls, row: dict[str, Any], lease_s: float, claimed_mono: float) -> Attempt:
-        """An attempt from a claimed row as a dict (column names as in CLAIM_COLUMNS)."""
-        return cls.from_values(tuple(row[c] for c in CLAIM_COLUMNS), lease_s, claimed_mono)
-
-    @classmethod
     def from_values(cls, values: tuple[Any, ...], lease_s: float, claimed_mono: float) -> Attempt:
         """An attempt from the claim's values in the order of CLAIM_COLUMNS."""
         a = cls(*values)

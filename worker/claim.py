@@ -7,7 +7,7 @@ import operator
 import os
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import psycopg
@@ -50,7 +50,7 @@ def claim_rows(
 
         def make(values: Sequence[Any]) -> Attempt | Skipped:
             if values[reason] is not None:
-                return Skipped(values[schedule], values[slot])
+                return Skipped(values[schedule], values[slot].astimezone(UTC))
             return from_values(take(values), lease_s, sent_mono)
 
         return make

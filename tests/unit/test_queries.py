@@ -15,7 +15,10 @@ def test_every_statement_is_short_enough_for_psycopg_to_cache() -> None:
 
 
 def test_compact_drops_comment_lines_and_indentation_only() -> None:
-    sql = "-- about it\nSELECT a,\n       b -- kept: after code\n  FROM t\n\n  --indented comment\nWHERE x = '--'\n"
+    sql = (
+        "-- about it\nSELECT a,\n       b -- kept: after code\n  FROM t\n\n  --indented comment\n"
+        "WHERE x = '--'\n"
+    )
     assert compact(sql) == "SELECT a,\nb -- kept: after code\nFROM t\nWHERE x = '--'"
     assert parse_statements("-- name: one\n-- c\nSELECT 1\n-- name: two\nSELECT 2\n") == {
         "one": "SELECT 1",

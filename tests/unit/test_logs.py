@@ -1,0 +1,89 @@
+"""Event lines: JSON with the same fields however a line is made, or text for people."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import orjson
+import pytest
+
+from fleet import logs
+
+SLOT = datetime(2026, 11, 2, 1, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def out() -> Iterator[io.BytesIO]:
+    stream = io.BytesIO()
+    logs.configure("json", stream=stream, process="worker")
+    yield stream
+    logs.configure()
+
+
+def attempt() -> logs.Fields:
+    return logs.Fields(
+        schedule="nightly",
+        slot=SLOT,
+        attempt=2,
+        worker_id='w"1',
+        job="reports.nightly",
+        trace_id=None,
+        span_id=None,
+    )
+
+
+def lines(out: io.BytesIO) -> list[dict[str, object]]:
+    return [orjson.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_a_line_carries_time_event_process_fields_in_order(out: io.BytesIO) -> None:
+    logs.event("worker_started", worker_id="w1", jobs=["a", "b"], lease_s=30.0)
+    (line,) = lines(out)
+    assert list(line) == ["ts", "event", "process", "worker_id", "jobs", "lease_s"]
+    assert line["event"] == "worker_started" and line["process"] == "worker" and line["jobs"] == ["a", "b"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", str(line["ts"]))
+
+
+@pytest.mark.parametrize(
+    ("outcome", "duration_ms", "error"),
+    [
+        (None, None, None),
+        ("done", 12.5, None),
+        ("failed", 3.0, 'ValueError: "x"\n at y'),
+        ("done", None, None),
+    ],
+)
+def test_attempt_lines_equal_the_general_ones(
+    out: io.BytesIO, outcome: str | None, duration_ms: float | None, error: str | None
+) -> None:
+    shared = attempt()
+    logs.attempt_event("finished", shared, outcome, duration_ms, error)
+    logs.event("finished", shared, outcome=outcome, duration_ms=duration_ms, error=error)
+    fast, general = lines(out)
+    fast.pop("ts")
+    general.pop("ts")
+    assert list(fast.items()) == list(general.items())
+    assert fast["slot"] == "2026-11-02T01:00:00Z" and fast["worker_id"] == 'w"1' and fast["error"] == error
+
+
+def test_batched_lines_are_written_together_in_order(out: io.BytesIO) -> None:
+    with logs.batched():
+        logs.attempt_event("claimed", attempt(), None, None, None)
+        logs.event("skipped", schedule="s")
+        assert out.getvalue() == b""
+    assert [line["event"] for line in lines(out)] == ["claimed", "skipped"]
+
+
+def test_text_format_for_people() -> None:
+    stream = io.BytesIO()
+    logs.configure("text", stream=stream, process="worker")
+    try:
+        logs.attempt_event("retried", attempt(), "failed", 3.0, "boom here")
+    finally:
+        logs.configure()
+    text = stream.getvalue().decode()
+    assert " retried " in text and "slot=2026-11-02T01:00:00Z" in text and 'error="boom here"' in text
+    assert "trace_id" not in text  # None values are left out
