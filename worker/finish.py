@@ -44,27 +44,16 @@ def _plain_done(o: Outcome) -> bool:
     return o is DONE or (o.status == "done" and o.outcome == "done" and o.error is None and o.spent == 0)
 
 
-def finish_order(finished: Sequence[tuple[Attempt, Outcome]]) -> list[tuple[Attempt, Outcome]]:
-    """The batch in the order `finish_params` sends it: plain successes first, then the rest."""
-    done = [f for f in finished if _plain_done(f[1])]
-    if len(done) == len(finished):
-        return list(finished)
-    return done + [f for f in finished if not _plain_done(f[1])]
-
-
 def finish_params(
-    ordered: Sequence[tuple[Attempt, Outcome]], *, worker_id: str, now: datetime | None = None
+    done: Sequence[tuple[Attempt, Outcome]],
+    rest: Sequence[tuple[Attempt, Outcome]],
+    *,
+    worker_id: str,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
-    """The parameters of the `run_finish` statement for a batch in `finish_order`.
-
-    Plain successes, nearly every outcome, travel as keys only; the statement numbers the rows it
-    wrote by their place in the batch (from 1)."""
-    n = 0
-    for _, o in ordered:
-        if not _plain_done(o):
-            break
-        n += 1
-    done, rest = ordered[:n], ordered[n:]
+    """The parameters of the `run_finish` statement: plain successes (`done`, nearly every outcome)
+    travel as keys only, the `rest` in full; the statement numbers the rows it wrote by their place
+    in `done + rest` (from 1)."""
     return {
         "now": now,
         "done_names": [a.schedule for a, _ in done],
@@ -91,15 +80,20 @@ def finish_result(rows: Sequence[Sequence[Any]]) -> set[int]:
 
 def send_finish(
     conn: psycopg.Connection[Any],
-    ordered: Sequence[tuple[Attempt, Outcome]],
+    finished: Sequence[tuple[Attempt, Outcome]],
     *,
     worker_id: str,
     now: datetime | None = None,
-) -> psycopg.Cursor[tuple[Any, ...]]:
-    """Execute `run_finish` for a batch in `finish_order` (in a pipeline, its rows come later)."""
+) -> tuple[list[tuple[Attempt, Outcome]], psycopg.Cursor[tuple[Any, ...]]]:
+    """Execute `run_finish` (in a pipeline, its rows come later). Returns the batch in the order
+    sent, plain successes first, which `finish_result`'s places refer to, and the cursor."""
+    done: list[tuple[Attempt, Outcome]] = []
+    rest: list[tuple[Attempt, Outcome]] = []
+    for f in finished:
+        (done if _plain_done(f[1]) else rest).append(f)
     cur = conn.cursor(row_factory=tuple_row, binary=True)
-    cur.execute(q("run_finish"), finish_params(ordered, worker_id=worker_id, now=now))
-    return cur
+    cur.execute(q("run_finish"), finish_params(done, rest, worker_id=worker_id, now=now))
+    return done + rest, cur
 
 
 def run_finish(
@@ -113,6 +107,5 @@ def run_finish(
     were fenced out: their attempt number is no longer the run's)."""
     if not finished:
         return set()
-    ordered = finish_order(finished)
-    written = finish_result(send_finish(conn, ordered, worker_id=worker_id, now=now).fetchall())
-    return {ordered[i - 1][0].key for i in written}
+    ordered, cur = send_finish(conn, finished, worker_id=worker_id, now=now)
+    return {ordered[i - 1][0].key for i in finish_result(cur.fetchall())}

@@ -19,7 +19,7 @@ from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings
 from worker.attempt import Attempt, Outcome, execute
 from worker.claim import claim_result, send_claim
-from worker.finish import decide, finish_order, finish_result, handed_back, send_finish
+from worker.finish import decide, finish_result, handed_back, send_finish
 from worker.heartbeat import Heartbeat
 from worker.listen import Listener
 
@@ -129,8 +129,7 @@ class Worker:
                 conn.execute(q("run_round_settings"))
                 fin = None
                 if batch:
-                    batch = finish_order(batch)
-                    fin = send_finish(conn, batch, worker_id=s.worker_id)
+                    batch, fin = send_finish(conn, batch, worker_id=s.worker_id)
                 claim = None
                 if result.requested:
                     claim = send_claim(
@@ -208,9 +207,10 @@ class Worker:
         """Record the outcomes decided so far, without claiming."""
         if not self.to_record:
             return
-        batch, self.to_record = finish_order(self.to_record), []
+        batch, self.to_record = self.to_record, []
         try:
-            written = finish_result(send_finish(conn, batch, worker_id=self.settings.worker_id).fetchall())
+            batch, cur = send_finish(conn, batch, worker_id=self.settings.worker_id)
+            written = finish_result(cur.fetchall())
         except psycopg.Error:
             self.to_record = batch + self.to_record
             raise

@@ -20,6 +20,10 @@ from loadtest.bench.server import checkpoint, settle_stats, wait_until
 
 POLL_S = 0.2
 OPEN_RUNS = "SELECT EXISTS (SELECT 1 FROM job_runs WHERE status IN ('pending', 'running')) AS open"
+DONE_RUNS = (
+    "SELECT count(*) AS n, extract(epoch FROM max(finished_at) - min(started_at))::float8 AS s "
+    "FROM job_attempts WHERE outcome = 'done'"
+)
 
 
 @dataclass(frozen=True)
@@ -52,14 +56,14 @@ def drain_trial(
     ready: Callable[[], bool],
     load: Callable[[], int],
     still_open: str,
-    measure: Callable[[psycopg.Connection[Any]], tuple[int, float]],
+    measure: str,
     n: int,
 ) -> Trial:
     """Start the workers, wait until they are `ready`, `load` the backlog in one transaction (visible
     to all at once; it returns the transactions it made, counting its connection), wait until nothing
     is open, read RSS and CPU, stop the workers, then read the figures. `still_open` is a query
-    returning one row with a boolean `open`; `measure` returns (runs done, seconds from first start
-    to last finish)."""
+    returning one row with a boolean `open`; `measure` one with `n`, the runs done, and `s`, the
+    seconds from the first start to the last finish."""
     procs = start()
     try:
         wait_until(ready, 60, "the workers to be ready", procs=bench.procs, watched=procs)
@@ -84,7 +88,8 @@ def drain_trial(
     settle_stats()
     transactions = bench.server.transactions(url) - before - own
     with connect(url, "fleet-bench") as conn:
-        runs, seconds = measure(conn)
+        row = conn.execute(measure).fetchone()
+    runs, seconds = (int(row["n"]), float(row["s"] or 0)) if row else (0, 0.0)
     if runs != n:
         raise RuntimeError(f"{runs} of {n} runs were done")
     return Trial(runs, seconds, transactions, rss, cpu)
@@ -131,14 +136,6 @@ class FleetDrain:
                 conn.execute("SELECT pg_notify('fleet_runs', '')")
             return 2  # the session and its transaction
 
-        def measure(conn: psycopg.Connection[Any]) -> tuple[int, float]:
-            row = conn.execute(
-                "SELECT count(*) AS n, extract(epoch FROM max(finished_at) - min(started_at))::float8 AS s "
-                "FROM job_attempts WHERE outcome = 'done'"
-            ).fetchone()
-            assert row is not None
-            return int(row["n"]), float(row["s"] or 0)
-
         return drain_trial(
             bench,
             self.url,
@@ -146,7 +143,7 @@ class FleetDrain:
             ready=lambda: bench.server.listeners(self.url) >= self.processes,
             load=load,
             still_open=OPEN_RUNS,
-            measure=measure,
+            measure=DONE_RUNS,
             n=n,
         )
 

@@ -134,15 +134,6 @@ class PgqueuerDrain:
             asyncio.run(_enqueue(self.url, n))
             return 2  # its connection and its transaction
 
-        def measure(conn: Any) -> tuple[int, float]:
-            row = conn.execute(
-                "SELECT count(*) FILTER (WHERE status = 'successful') AS n, "
-                "extract(epoch FROM max(created) FILTER (WHERE status = 'successful') "
-                "                  - min(created) FILTER (WHERE status = 'picked'))::float8 AS s "
-                "FROM pgqueuer_log"
-            ).fetchone()
-            return int(row["n"]), float(row["s"] or 0)
-
         return drain_trial(
             bench,
             self.url,
@@ -150,7 +141,10 @@ class PgqueuerDrain:
             ready=lambda: bench.server.sessions(self.url) >= self.processes,
             load=load,
             still_open="SELECT EXISTS (SELECT 1 FROM pgqueuer) AS open",
-            measure=measure,
+            measure="SELECT count(*) FILTER (WHERE status = 'successful') AS n, "
+            "extract(epoch FROM max(created) FILTER (WHERE status = 'successful') "
+            "                  - min(created) FILTER (WHERE status = 'picked'))::float8 AS s "
+            "FROM pgqueuer_log",
             n=n,
         )
 

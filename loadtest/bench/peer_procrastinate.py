@@ -7,7 +7,6 @@ from __future__ import annotations
 import subprocess
 import time
 from importlib.metadata import version
-from typing import Any
 
 import procrastinate
 
@@ -95,15 +94,6 @@ class ProcrastinateDrain:
                 )
             return 2  # the session and its transaction
 
-        def measure(conn: Any) -> tuple[int, float]:
-            row = conn.execute(
-                "SELECT count(*) FILTER (WHERE type = 'succeeded') AS n, "
-                "extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded') "
-                "                  - min(at) FILTER (WHERE type = 'started'))::float8 AS s "
-                "FROM procrastinate_events"
-            ).fetchone()
-            return int(row["n"]), float(row["s"] or 0)
-
         return drain_trial(
             bench,
             self.url,
@@ -111,7 +101,10 @@ class ProcrastinateDrain:
             ready=lambda: bench.server.listeners(self.url) >= self.processes,
             load=load,
             still_open=OPEN_JOBS,
-            measure=measure,
+            measure="SELECT count(*) FILTER (WHERE type = 'succeeded') AS n, "
+            "extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded') "
+            "                  - min(at) FILTER (WHERE type = 'started'))::float8 AS s "
+            "FROM procrastinate_events",
             n=n,
         )
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
 from fleet.queries import q
+from worker.claim import claim_params
 
-UTC = timezone.utc
+UTC = UTC
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 
 
@@ -47,15 +48,7 @@ def plan(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> st
 
 
 def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
-    params = {
-        "now": T0 + timedelta(seconds=1),
-        "jobs": ["noop"],
-        "limit": 100,
-        "lease_s": 10,
-        "worker": "w",
-        "host": "h",
-        "pid": 1,
-    }
+    params = claim_params(worker_id="w", jobs=["noop"], limit=100, lease_s=10, now=T0 + timedelta(seconds=1))
     claim = plan(big, "run_claim", params)
     assert "Seq Scan on job_runs" not in claim, claim
     assert "job_runs_pending" in claim, claim  # due pending runs
@@ -132,18 +125,10 @@ def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -
         "FROM generate_series(1, 20000) g",
         (T0, T0),
     )
-    claim_params = {
-        "now": T0,
-        "jobs": ["noop"],
-        "limit": 100,
-        "lease_s": 10,
-        "worker": "w",
-        "host": "h",
-        "pid": 1,
-    }
+    params = claim_params(worker_id="w", jobs=["noop"], limit=100, lease_s=10, now=T0)
     with conn.transaction():
         conn.execute(q("run_round_settings"))
-        claim = plan(conn, "run_claim", claim_params)
+        claim = plan(conn, "run_claim", params)
         fin = plan(
             conn,
             "run_finish",
@@ -173,5 +158,5 @@ def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -
     assert "job_runs_pkey" in fin_update and "Join Filter" not in fin_update, fin
     # without the round's settings the same statistics lead the claim to read and sort open runs
     assert (
-        "Sort" in (p := plan(conn, "run_claim", claim_params))[p.index("CTE expired") : p.index("CTE cand")]
+        "Sort" in (p := plan(conn, "run_claim", params))[p.index("CTE expired") : p.index("CTE cand")]
     )
