@@ -113,7 +113,8 @@ def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -
         "VALUES ('s1', '1 hour', 'noop', 'allow', 'x')"
     )
     conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, status, attempts, run_after, finished_at) "
+        "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, status, attempts, run_after, "
+        "                      finished_at) "
         "SELECT 's1', %s - make_interval(days => 1, secs => g), 'noop', 'allow', 'done', 1, %s, %s "
         "FROM generate_series(1, 100000) g",
         (T0, T0, T0),
