@@ -42,7 +42,7 @@ class Trial:
 class Contender(Protocol):
     key: str  # "fleet.w2", "pgqueuer.b100", ...
     label: str
-    processes: int
+    processes: int  # worker processes; 0 for the pgbench limit, which has no workers to measure
     backlog_cap: int | None  # a smaller backlog for a contender too slow for the full one
 
     def trial(self, bench: Bench, n: int) -> Trial: ...
@@ -155,6 +155,9 @@ def run(bench: Bench, report: Report) -> None:
         with connect(url, "fleet-bench") as conn:
             add_schedule(conn)
         contenders += [FleetDrain(url, w) for w in bench.opts.workers]
+        from loadtest.bench import limit
+
+        contenders += limit.interleaved(bench)
     if bench.selected("peers"):
         from loadtest.bench import peer_pgqueuer, peer_procrastinate
 
@@ -165,17 +168,28 @@ def run(bench: Bench, report: Report) -> None:
         for c in contenders:
             t = c.trial(bench, backlog(bench, c))
             trials[c.key].append(t)
-            print(f"  drain {c.key} #{rep + 1}: {t.rate:,.0f} runs/s", flush=True)
+            unit = "runs/s" if c.processes else "jobs/s"
+            print(f"  drain {c.key} #{rep + 1}: {t.rate:,.0f} {unit}", flush=True)
     for c in contenders:
-        ts = trials[c.key]
-        report.add(
-            f"drain.{c.key}",
-            f"drain {backlog(bench, c):,} no-op runs: {c.label}",
-            median([t.rate for t in ts]),
-            "runs/s",
-            trials=[t.rate for t in ts],
-        )
-    _resources(report, contenders, trials)
+        rates = [t.rate for t in trials[c.key]]
+        if c.processes:
+            report.add(
+                f"drain.{c.key}",
+                f"drain {backlog(bench, c):,} no-op runs: {c.label}",
+                median(rates),
+                "runs/s",
+                trials=rates,
+            )
+        else:  # the PostgreSQL limit, measured between the drains
+            clients = "/".join(map(str, bench.opts.clients))
+            report.add(
+                c.key,
+                f"{c.label} (best of {clients} clients per trial, between the drains)",
+                median(rates),
+                "jobs/s",
+                trials=rates,
+            )
+    _resources(report, [c for c in contenders if c.processes], trials)
     report.note(
         "drain: runs/s = runs / (first start .. last finish) read from the database (fleet: job_attempts "
         "started_at/finished_at; procrastinate: procrastinate_events; pgqueuer: pgqueuer_log), median of "

@@ -12,6 +12,7 @@ from pathlib import Path
 from fleet.db import connect
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
 from loadtest.bench.config import BATCH, Bench
+from loadtest.bench.drain import Trial
 from loadtest.bench.report import Report
 from loadtest.bench.server import checkpoint
 
@@ -81,35 +82,75 @@ def run_pgbench(url: str, script: Script, clients: int, transactions: int) -> fl
     return float(tps.group(1))
 
 
-def run(bench: Bench, report: Report) -> None:
-    url = bench.server.database("limit")
+def measure(bench: Bench, url: str, script: Script, clients: int) -> float:
+    """One pgbench run of `script` on a freshly loaded, vacuumed and checkpointed job_runs: jobs/s for a
+    claim script (checked against the rows it left done), tps for the update script."""
     quick = bench.opts.quick
-    jobs_per_run = {1: 5_000 if quick else 20_000, BATCH: 50_000 if quick else 200_000}
+    if script.batch:
+        jobs = (50_000 if quick else 200_000) if script.batch > 1 else (5_000 if quick else 20_000)
+        per_run = max(1, jobs // (clients * script.batch))
+        rows = (per_run + 1) * clients * script.batch
+    else:
+        per_run = (10_000 if quick else 40_000) // clients
+        rows = UPDATE_ROWS
+    with connect(url, "fleet-bench") as conn:
+        reset_runs(conn)
+        insert_runs(conn, rows)
+        conn.execute("VACUUM ANALYZE job_runs")
+        checkpoint(conn)
+    tps = run_pgbench(url, script, clients, per_run)
+    if not script.batch:
+        return tps
+    with connect(url, "fleet-bench") as conn:
+        row = conn.execute("SELECT count(*) AS n FROM job_runs WHERE status = 'done'").fetchone()
+    expected = per_run * clients * script.batch
+    floor = expected - clients * script.batch  # finish+claim leaves its last claim running
+    if not row or not floor <= row["n"] <= expected:
+        raise RuntimeError(f"pgbench {script.key}: {row} rows done, expected about {expected}")
+    return tps * script.batch
+
+
+def limit_database(bench: Bench) -> str:
+    url = bench.server.database("limit")
     with connect(url, "fleet-bench") as conn:
         add_schedule(conn)
+    return url
+
+
+class LimitDrain:
+    """A batched pgbench script as a drain contender, so that the limit is measured between fleet's
+    drain trials, under the same drift: one trial is one pgbench run per client count, its rate the
+    best of them."""
+
+    backlog_cap: int | None = None
+    processes = 0
+
+    def __init__(self, url: str, script: Script) -> None:
+        self.url = url
+        self.script = script
+        self.key = f"limit.{script.key}"
+        self.label = f"pgbench {script.label}"
+
+    def trial(self, bench: Bench, n: int) -> Trial:
+        rate = max(measure(bench, self.url, self.script, c) for c in bench.opts.clients)
+        return Trial(runs=n, seconds=n / rate, transactions=0, peak_rss_kib=0, cpu_s=0.0)
+
+
+def interleaved(bench: Bench) -> list[LimitDrain]:
+    """The batched scripts, when the drain measures them beside fleet's trials."""
+    if not (bench.selected("limit") and bench.selected("drain")):
+        return []
+    url = limit_database(bench)
+    return [LimitDrain(url, s) for s in SCRIPTS if s.batch > 1]
+
+
+def run(bench: Bench, report: Report) -> None:
+    url = limit_database(bench)
+    later = bench.selected("drain")  # the batched scripts then run interleaved with the drain
     for script in SCRIPTS:
-        per_client: list[float] = []
-        for clients in bench.opts.clients:
-            if script.batch:
-                per_run = max(1, jobs_per_run[script.batch] // (clients * script.batch))
-                rows = (per_run + 1) * clients * script.batch
-            else:
-                per_run = (10_000 if quick else 40_000) // clients
-                rows = UPDATE_ROWS
-            with connect(url, "fleet-bench") as conn:
-                reset_runs(conn)
-                insert_runs(conn, rows)
-                conn.execute("VACUUM ANALYZE job_runs")
-                checkpoint(conn)
-            tps = run_pgbench(url, script, clients, per_run)
-            per_client.append(tps * script.batch if script.batch else tps)
-            if script.batch:
-                with connect(url, "fleet-bench") as conn:
-                    row = conn.execute("SELECT count(*) AS n FROM job_runs WHERE status = 'done'").fetchone()
-                expected = per_run * clients * script.batch
-                floor = expected - clients * script.batch  # finish+claim leaves its last claim running
-                if not row or not floor <= row["n"] <= expected:
-                    raise RuntimeError(f"pgbench {script.key}: {row} rows done, expected about {expected}")
+        if later and script.batch > 1:
+            continue
+        per_client = [measure(bench, url, script, clients) for clients in bench.opts.clients]
         unit = "jobs/s" if script.batch else "tps"
         report.add(
             f"limit.{script.key}",
@@ -121,6 +162,8 @@ def run(bench: Bench, report: Report) -> None:
         )
     report.note(
         "limit: pgbench on fleet's own job_runs table (same indexes), one run per client count, -M prepared; "
-        "value = best of the client counts, trials = each client count. The scripts only claim and finish: "
-        "no history row, no trace ids, no schedule join, which fleet's statements also do"
+        "value = best of the client counts, trials = each client count. When the drain is measured too, "
+        f"the {BATCH}-rows-per-claim scripts run between its trials instead: each trial is one run per "
+        "client count and its rate the best of them, value = median of the trials. The scripts only claim "
+        "and finish: no history row, no trace ids, no schedule join, which fleet's statements also do"
     )
