@@ -15,6 +15,9 @@ import psycopg
 from fleet.queries import q
 from worker.attempt import CLAIM_COLUMNS, HOST, Attempt
 
+# Random bytes per claimable run: its attempt's trace id (16) and span id (8).
+ID_BYTES = 24
+
 
 class Skipped(NamedTuple):
     """A fresh run the claim recorded as skipped: an earlier run of its schedule still held it."""
@@ -35,6 +38,7 @@ def claim_params(
         "worker": worker_id,
         "host": HOST,
         "pid": os.getpid(),
+        "ids": os.urandom(ID_BYTES * limit),
     }
 
 

@@ -39,6 +39,8 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- before (tracing links and a lost attempt's history need them); the updates join on the primary
 -- key through a two-column subquery (OFFSET 0 keeps it narrow: an UPDATE copies each joined row
 -- of a subquery whole); the previous status is the row's own value in SET, read under the lock.
+-- The new attempt's trace and span ids are taken from `ids`, 24 random bytes per claimable row
+-- from the worker (the database's random UUIDs cost more and have fixed version bits).
 -- The result has the columns of `out` and the schedule's, and 'overlap' in skipped_reason for a
 -- run recorded skipped (then only its key is set). Empty args come back as NULL: nothing to decode.
 WITH expired AS (
@@ -85,9 +87,9 @@ claimed AS (
         locked_pid = %(pid)s,
         locked_until = coalesce(%(now)b::timestamptz, now()) + make_interval(secs => %(lease_s)s),
         started_at = coalesce(%(now)b::timestamptz, now()),
-        trace_id = encode(uuid_send(gen_random_uuid()), 'hex'),
-        span_id = substr(encode(uuid_send(gen_random_uuid()), 'hex'), 1, 16)
-    FROM (SELECT c.schedule_name, c.scheduled_for FROM cand c
+        trace_id = encode(substr(%(ids)b::bytea, c.n * 24 - 23, 16), 'hex'),
+        span_id = encode(substr(%(ids)b::bytea, c.n * 24 - 7, 8), 'hex')
+    FROM (SELECT c.schedule_name, c.scheduled_for, row_number() OVER ()::int AS n FROM cand c
           WHERE c.overlap = 'allow'
              OR EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
           OFFSET 0) c
@@ -146,7 +148,9 @@ RETURNING r.schedule_name, r.scheduled_for
 -- status: 'done' | 'dead' | 'pending' (retry after delay_s, or handed back with delay 0). Plain
 -- successes come as keys only (done_*), the other outcomes in full; `i` numbers the batch from 1.
 -- As in run_heartbeat, rows are found by primary key (the status test is on its text). The
--- attempt's start and trace ids are the row's own, set by the claim.
+-- attempt's start and trace ids are the row's own, set by the claim. The history row needs no
+-- ON CONFLICT (a speculative insertion costs more): only the fenced write of a running attempt
+-- adds it, and a reclaim records only the attempt before its own, so each attempt is added once.
 WITH v AS (
     SELECT d.name, d.slot, d.attempt, 'done' AS status, 'done' AS outcome, NULL::text AS error,
            0::float8 AS delay_s, 0 AS spent, d.i
@@ -186,7 +190,6 @@ history AS (
     SELECT f.schedule_name, f.scheduled_for, f.attempts, %(worker)s, %(host)s, %(pid)s, f.started_at,
            coalesce(%(now)b::timestamptz, now()), f.outcome, f.error, f.trace_id, f.span_id
     FROM fin f
-    ON CONFLICT DO NOTHING
 ),
 ungate AS (
     UPDATE schedules s SET running_slot = NULL

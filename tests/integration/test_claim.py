@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -68,6 +69,21 @@ def test_claim_takes_due_pending_runs_with_a_lease(conn: psycopg.Connection[Any]
     assert r["locked_until"] == T0 + timedelta(seconds=1 + LEASE)
     assert scalar(conn, "SELECT count(*) FROM job_attempts") == 0  # written when the attempt ends
     assert len(got[0].trace_id or "") == 32 and len(got[0].span_id or "") == 16
+
+
+def test_each_attempt_of_a_batch_gets_its_own_trace_and_span_ids(conn: psycopg.Connection[Any]) -> None:
+    schedule(conn)
+    for i in range(20):
+        add_run(conn, "s", T0 + timedelta(minutes=i))
+    got, _ = claim(conn, T0 + timedelta(hours=1), limit=20)
+    assert len(got) == 20
+    assert len({a.trace_id for a in got}) == 20 and len({a.span_id for a in got}) == 20
+    for a in got:
+        assert re.fullmatch("[0-9a-f]{32}", a.trace_id or "")
+        assert re.fullmatch("[0-9a-f]{16}", a.span_id or "")
+        assert a.span_id not in (a.trace_id or "")  # drawn from different bytes
+        r = row(conn, slot=a.slot)
+        assert (r["trace_id"], r["span_id"]) == (a.trace_id, a.span_id)
 
 
 def test_unknown_jobs_are_never_claimed(conn: psycopg.Connection[Any]) -> None:
