@@ -4,12 +4,14 @@ run interleaved with fleet's, so drift on a noisy machine hits them alike."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psycopg
+from psycopg import sql
 
 from fleet.db import connect
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
@@ -54,25 +56,38 @@ def drain_trial(
     *,
     start: Callable[[], list[Proc]],
     ready: Callable[[], bool],
-    load: Callable[[], int],
+    load: Callable[[], None],
+    tables: Sequence[str],
     still_open: str,
     measure: str,
     n: int,
 ) -> Trial:
-    """Start the workers, wait until they are `ready`, `load` the backlog in one transaction (visible
-    to all at once; it returns the transactions it made, counting its connection), wait until nothing
-    is open, read RSS and CPU, stop the workers, then read the figures. `still_open` is a query
-    returning one row with a boolean `open`; `measure` one with `n`, the runs done, and `s`, the
-    seconds from the first start to the last finish."""
+    """Start the workers and wait until they are `ready`; pause them (SIGSTOP), `load` the backlog
+    in one transaction, vacuum and analyse the `tables` it filled and checkpoint, as the limit's
+    pgbench runs find their table; resume them (SIGCONT) all at once, wait until nothing is open,
+    read RSS and CPU, stop the workers, then read the figures. `still_open` is a query returning one
+    row with a boolean `open`; `measure` one with `n`, the runs done, and `s`, the seconds from the
+    first start to the last finish."""
     procs = start()
     try:
         wait_until(ready, 60, "the workers to be ready", procs=bench.procs, watched=procs)
         time.sleep(0.5)
-        settle_stats()
-        before = bench.server.transactions(url)
-        own = load()  # transactions of the benchmark's own sessions, subtracted below
+        for p in procs:
+            p.signal(signal.SIGSTOP)
+        try:
+            load()
+            with connect(url, "fleet-bench prepare") as conn:
+                conn.autocommit = True
+                for table in tables:
+                    conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(table)))
+                checkpoint(conn)
+            settle_stats()
+            before = bench.server.transactions(url)
+        finally:
+            for p in procs:
+                p.signal(signal.SIGCONT)
         with connect(url, "fleet-bench monitor") as conn:
-            own += 1  # opening a session counts one
+            own = 1  # the monitor's own transactions, subtracted below; opening a session counts one
 
             def done() -> bool:
                 nonlocal own
@@ -130,11 +145,10 @@ class FleetDrain:
                 for i in range(self.processes)
             ]
 
-        def load() -> int:
+        def load() -> None:
             with connect(self.url, "fleet-bench load") as conn, conn.transaction():
                 insert_runs(conn, n)
                 conn.execute("SELECT pg_notify('fleet_runs', '')")
-            return 2  # the session and its transaction
 
         return drain_trial(
             bench,
@@ -142,6 +156,7 @@ class FleetDrain:
             start=start,
             ready=lambda: bench.server.listeners(self.url) >= self.processes,
             load=load,
+            tables=("job_runs",),
             still_open=OPEN_RUNS,
             measure=DONE_RUNS,
             n=n,

@@ -130,9 +130,8 @@ class PgqueuerDrain:
                 for i in range(self.processes)
             ]
 
-        def load() -> int:
+        def load() -> None:
             asyncio.run(_enqueue(self.url, n))
-            return 2  # its connection and its transaction
 
         return drain_trial(
             bench,
@@ -140,6 +139,7 @@ class PgqueuerDrain:
             start=start,
             ready=lambda: bench.server.sessions(self.url) >= self.processes,
             load=load,
+            tables=("pgqueuer",),
             still_open="SELECT EXISTS (SELECT 1 FROM pgqueuer) AS open",
             measure="SELECT count(*) FILTER (WHERE status = 'successful') AS n, "
             "extract(epoch FROM max(created) FILTER (WHERE status = 'successful') "

@@ -83,7 +83,7 @@ class ProcrastinateDrain:
                 for i in range(self.processes)
             ]
 
-        def load() -> int:
+        def load() -> None:
             # procrastinate's own batch-defer function (what Task.batch_defer calls), in one statement.
             with connect(self.url, "fleet-bench load") as conn, conn.transaction():
                 conn.execute(
@@ -92,7 +92,6 @@ class ProcrastinateDrain:
                     "FROM generate_series(1, %s)",
                     (n,),
                 )
-            return 2  # the session and its transaction
 
         return drain_trial(
             bench,
@@ -100,6 +99,7 @@ class ProcrastinateDrain:
             start=start,
             ready=lambda: bench.server.listeners(self.url) >= self.processes,
             load=load,
+            tables=("procrastinate_jobs",),
             still_open=OPEN_JOBS,
             measure="SELECT count(*) FILTER (WHERE type = 'succeeded') AS n, "
             "extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded') "
