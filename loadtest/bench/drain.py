@@ -121,8 +121,10 @@ class FleetDrain:
         workers: int,
         key: str = "",
         reset: Callable[[psycopg.Connection[Any]], None] = reset_runs,
+        vacuum: tuple[str, ...] = ("job_runs",),
     ) -> None:
         self.url = url
+        self.vacuum = vacuum
         self.processes = workers
         self.key = key or f"fleet.w{workers}"
         self.label = f"fleet, {workers} worker{'s' if workers > 1 else ''}"
@@ -156,7 +158,7 @@ class FleetDrain:
             start=start,
             ready=lambda: bench.server.listeners(self.url) >= self.processes,
             load=load,
-            tables=("job_runs",),
+            tables=self.vacuum,
             still_open=OPEN_RUNS,
             measure=DONE_RUNS,
             n=n,
@@ -208,7 +210,9 @@ def run(bench: Bench, report: Report) -> None:
     report.note(
         "drain: runs/s = runs / (first start .. last finish) read from the database (fleet: job_attempts "
         "started_at/finished_at; procrastinate: procrastinate_events; pgqueuer: pgqueuer_log), median of "
-        "the trials; the backlog is inserted in one transaction once every worker listens. fleet workers run "
+        "the trials. Every contender's backlog is inserted in one transaction once its workers listen, with "
+        "them paused (SIGSTOP), then its table is vacuumed and analysed and the server checkpointed, as for "
+        "the limit's pgbench runs, and the workers are resumed at once. fleet workers run "
         f"with {' '.join(WORKER_FLAGS)}, OTEL_TRACES_EXPORTER=none, logs to files; the peers with their "
         "defaults and their logs to files. Trials of all contenders are interleaved"
     )
