@@ -1,6 +1,7 @@
 """Draining a backlog of due no-op runs with W worker processes: runs/s from the database (first
 claim to last finish), database transactions per run, peak RSS and CPU per run. The peers' drains
-run interleaved with fleet's, so drift on a noisy machine hits them alike."""
+and the batched pgbench limit run interleaved with fleet's, so drift on a noisy machine hits them
+alike."""
 
 from __future__ import annotations
 
