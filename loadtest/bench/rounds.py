@@ -103,9 +103,9 @@ def trial(url: str, make: Callable[[], Round], size: int, runs: int) -> float:
         start, done = backend_cpu_ns(pid), 0
         while True:
             n = one(conn, size)
+            done += n
             if n < size:
                 break
-            done += n
         spent = backend_cpu_ns(pid) - start
     return spent / max(done, 1) / 1000
 
