@@ -31,3 +31,14 @@ def test_quick_bench_prints_the_table_and_writes_json(server_url: str, tmp_path:
     ):
         assert figures.get(key) is not None and figures[key] > 0, (key, figures.get(key))
     assert doc["meta"]["quick"] is True
+
+
+def test_rounds_prints_the_cost_of_both_rounds(server_url: str) -> None:
+    argv = [sys.executable, "-m", "loadtest.bench.rounds", "--runs", "2000", "--repeat", "1"]
+    argv += ["--database-url", server_url]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {line[:20].strip(): line[20:].split() for line in done.stdout.splitlines()[2:]}
+    for name in ("fleet round", "pgbench statements"):
+        cells = [float(c) for c in rows[name] if c != "µs"]
+        assert len(cells) == 5 and all(c > 0 for c in cells[:3]), (name, rows[name])
