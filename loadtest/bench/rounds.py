@@ -132,8 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         url = server.database("rounds")
         with connect(url, "fleet-bench rounds") as conn:
             add_schedule(conn)
-            pid = conn.info.backend_pid
-        if not Path(f"/proc/{pid}/schedstat").exists():
+            visible = Path(f"/proc/{conn.info.backend_pid}/schedstat").exists()
+        if not visible:
             print("rounds: the server's processes are not visible here (/proc): run it on this machine")
             return 2
         contenders = {"fleet round": fleet_round, "pgbench statements": pgbench_round}
