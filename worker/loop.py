@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from fleet.queries import q
 from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings
 from worker.attempt import Attempt, Outcome, execute
-from worker.claim import claim_result, send_claim
+from worker.claim import Skipped, claim_result, send_claim
 from worker.finish import decide, finish_result, handed_back, send_finish
 from worker.heartbeat import Heartbeat
 from worker.listen import Listener
@@ -26,6 +27,35 @@ from worker.listen import Listener
 _STOP_POLL_S = 0.05
 _HANDBACK_WAIT_S = 5.0
 _GATHER_S = 0.002
+
+
+def run_round(
+    conn: psycopg.Connection[Any],
+    batch: list[tuple[Attempt, Outcome]],
+    *,
+    worker_id: str,
+    jobs: Sequence[str],
+    limit: int,
+    lease_s: float,
+) -> tuple[list[tuple[Attempt, Outcome]], set[int], list[Attempt], list[Skipped]]:
+    """One round: record the outcomes of `batch` (if any) and claim up to `limit` runs (if any).
+
+    Pipelined: the planner settings, the finish and the claim travel in one round trip and form one
+    transaction, committed by the pipeline's closing Sync (the protocol's implicit transaction: an
+    error in any of them rolls back all, nothing needs BEGIN or COMMIT). Returns the batch in the
+    order sent, the places in it (from 1) the finish wrote, the attempts claimed and the runs
+    recorded as skipped for overlap."""
+    with conn.pipeline():
+        conn.execute(q("run_round_settings"))
+        fin = None
+        if batch:
+            batch, fin = send_finish(conn, batch, worker_id=worker_id)
+        claim = None
+        if limit:
+            claim = send_claim(conn, worker_id=worker_id, jobs=jobs, limit=limit, lease_s=lease_s)
+    written = finish_result(fin.fetchall()) if fin else set()
+    attempts, skipped = claim_result(claim.fetchall()) if claim else ([], [])
+    return batch, written, attempts, skipped
 
 
 @dataclass
@@ -122,21 +152,9 @@ class Worker:
             return result
         s = self.settings
         try:
-            # Pipelined: the settings, finish and claim travel in one round trip and form one
-            # transaction, committed by the pipeline's closing Sync (the protocol's implicit
-            # transaction: an error in any of them rolls back all, nothing needs BEGIN or COMMIT).
-            with conn.pipeline():
-                conn.execute(q("run_round_settings"))
-                fin = None
-                if batch:
-                    batch, fin = send_finish(conn, batch, worker_id=s.worker_id)
-                claim = None
-                if result.requested:
-                    claim = send_claim(
-                        conn, worker_id=s.worker_id, jobs=self.jobs, limit=result.requested, lease_s=s.lease_s
-                    )
-            written = finish_result(fin.fetchall()) if fin else set()
-            attempts, skipped = claim_result(claim.fetchall()) if claim else ([], [])
+            batch, written, attempts, skipped = run_round(
+                conn, batch, worker_id=s.worker_id, jobs=self.jobs, limit=result.requested, lease_s=s.lease_s
+            )
         except psycopg.Error:
             self.to_record = batch + self.to_record  # recorded after reconnecting
             raise

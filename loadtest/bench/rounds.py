@@ -22,14 +22,13 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from fleet.db import connect, resolve_url
-from fleet.queries import q
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
 from loadtest.bench.procs import ROOT
 from loadtest.bench.report import median
 from loadtest.bench.server import Server, checkpoint
-from worker.attempt import Attempt
-from worker.claim import claim_result, send_claim
-from worker.finish import DONE, send_finish
+from worker.attempt import Attempt, Outcome
+from worker.finish import DONE
+from worker.loop import run_round
 
 BATCHES = (25, 50, 100)
 SCRIPT = Path(__file__).resolve().parent.parent / "pgbench_finish_claim.sql"
@@ -51,20 +50,16 @@ Round = Callable[[psycopg.Connection[Any], int], int]
 
 
 def fleet_round() -> Round:
-    """The worker's round: settings, the finish of the previous batch, the next claim, pipelined."""
-    batch: list[tuple[Attempt, Any]] = []
+    """The worker's own round (`worker.loop.run_round`): finish the previous batch, claim the next."""
+    batch: list[tuple[Attempt, Outcome]] = []
 
     def one(conn: psycopg.Connection[Any], size: int) -> int:
         nonlocal batch
-        with conn.pipeline():
-            conn.execute(q("run_round_settings"))
-            fin = send_finish(conn, batch, worker_id="rounds")[1] if batch else None
-            cur = send_claim(conn, worker_id="rounds", jobs=["bench.noop"], limit=size, lease_s=60)
-        if fin is not None:
-            fin.fetchall()
-        attempts, _ = claim_result(cur.fetchall())
-        done, batch = len(batch), [(a, DONE) for a in attempts]
-        return done
+        done, _, attempts, _ = run_round(
+            conn, batch, worker_id="rounds", jobs=["bench.noop"], limit=size, lease_s=60
+        )
+        batch = [(a, DONE) for a in attempts]
+        return len(done)
 
     return one
 
