@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -213,26 +214,7 @@ def test_one_finish_records_a_mixed_batch_and_names_what_it_wrote(conn: psycopg.
         add_run(conn, "s", slot)
     got, _ = claim(conn, slots[-1])
     a = {g.slot: g for g in got}
-    stale = Attempt(
-        **{
-            **{
-                f: getattr(a[slots[4]], f)
-                for f in (
-                    "schedule",
-                    "slot",
-                    "job",
-                    "args",
-                    "failures",
-                    "timeout",
-                    "max_attempts",
-                    "retry_base",
-                    "retry_cap",
-                    "started_at",
-                )
-            },
-            "attempt": 7,
-        }
-    )
+    stale = dataclasses.replace(a[slots[4]], attempt=7)
     batch = [
         (a[slots[0]], decide(a[slots[0]], "failed", "boom", rand=lambda: 0.5)),
         (a[slots[1]], Outcome("done", "done")),
