@@ -174,6 +174,7 @@ class Worker:
                 error="overlap: an earlier run of this schedule was still in progress",
                 trace_id=None,
             )
+        run: list[Attempt] = []
         for a in attempts:
             if a.reclaimed:
                 telemetry.record_lost_attempt(a)
@@ -186,19 +187,27 @@ class Worker:
                 a.state = "recorded"
                 continue
             self._log("claimed", a)
-            with self.lock:
-                self.inflight[a.key] = a
+            run.append(a)
+        with self.lock:
+            self.inflight.update((a.key, a) for a in run)
+        for a in run:
             self.todo.put(a)
         return result
 
     def _collect(self) -> None:
+        returned: list[Attempt] = []
+        get = self.done.get_nowait
         while True:
             try:
-                a = self.done.get_nowait()
+                returned.append(get())
             except queue.Empty:
-                return
-            with self.lock:
+                break
+        if not returned:
+            return
+        with self.lock:
+            for a in returned:
                 self.inflight.pop(a.key, None)
+        for a in returned:
             verdict, error = a.verdict
             if a.state == "running" and verdict == "cancelled" and time.monotonic() > a.lease_deadline_mono:
                 self.fence(a, "lease expired: not renewed in time (the worker was paused or cut off)")
