@@ -359,7 +359,8 @@ def test_up_in_an_empty_directory_runs_the_examples_and_ctrl_c_stops_everything(
                 for r in conn.execute("SELECT status::text, count(*) AS n FROM job_runs GROUP BY status")
             }
         sv = up.supervisor()
-        assert sorted(running(sv)) == ["ticker_00", "worker_00", "worker_01"]
+        # The runs can all be done before supervisord counts the processes as started (startsecs).
+        assert sorted(wait_running(sv, 3)) == ["ticker_00", "worker_00", "worker_01"]
         up.learn_pids()
 
         second = subprocess.run(
