@@ -49,7 +49,9 @@ def parse(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
     )
     p.add_argument("--json", type=Path, help="write the figures to this file as JSON")
     p.add_argument("--repeat", type=int, help="trials per drain figure; the median is reported (3, quick 1)")
-    p.add_argument("--backlog", type=int, help="due no-op runs per drain trial (50000, quick 10000)")
+    p.add_argument(
+        "--backlog", type=int, help="due no-op runs per drain trial and per pgbench run (200000, quick 10000)"
+    )
     p.add_argument("--workers", default="1,2,4", help="fleet-worker process counts for the drain (1,2,4)")
     p.add_argument("--log-dir", type=Path, help="where process logs go (default: a new temporary directory)")
     a = p.parse_args(argv)

@@ -167,14 +167,14 @@ class FleetDrain:
 
 
 def run(bench: Bench, report: Report) -> None:
+    from loadtest.bench import limit  # it imports Trial from here
+
     contenders: list[Contender] = []
     if bench.selected("drain"):
         url = bench.server.database("drain")
         with connect(url, "fleet-bench") as conn:
             add_schedule(conn)
         contenders += [FleetDrain(url, w) for w in bench.opts.workers]
-        from loadtest.bench import limit
-
         contenders += limit.interleaved(bench)
     if bench.selected("peers"):
         from loadtest.bench import peer_pgqueuer, peer_procrastinate
@@ -189,8 +189,8 @@ def run(bench: Bench, report: Report) -> None:
             unit = "runs/s" if c.processes else "jobs/s"
             print(f"  drain {c.key} #{rep + 1}: {t.rate:,.0f} {unit}", flush=True)
     for c in contenders:
-        rates = [t.rate for t in trials[c.key]]
         if c.processes:
+            rates = [t.rate for t in trials[c.key]]
             report.add(
                 f"drain.{c.key}",
                 f"drain {backlog(bench, c):,} no-op runs: {c.label}",
@@ -198,15 +198,12 @@ def run(bench: Bench, report: Report) -> None:
                 "runs/s",
                 trials=rates,
             )
-        else:  # the PostgreSQL limit, measured between the drains
-            clients = "/".join(map(str, bench.opts.clients))
-            report.add(
-                c.key,
-                f"{c.label} (best of {clients} clients per trial, between the drains)",
-                median(rates),
-                "jobs/s",
-                trials=rates,
-            )
+    if any(not c.processes for c in contenders):  # the PostgreSQL limit, measured between the drains
+        limit.report_interleaved(
+            report,
+            {c.key: [t.rate for t in trials[c.key]] for c in contenders if not c.processes},
+            bench.opts.clients,
+        )
     _resources(report, [c for c in contenders if c.processes], trials)
     report.note(
         "drain: runs/s = runs / (first start .. last finish) read from the database (fleet: job_attempts "

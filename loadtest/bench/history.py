@@ -52,9 +52,7 @@ def run(bench: Bench, report: Report) -> None:
         FleetDrain(empty, WORKERS, key="empty", reset=reset_keeping_history, vacuum=()),
         FleetDrain(full, WORKERS, key="history", reset=reset_keeping_history, vacuum=()),
     ]
-    # Four times the drain section's backlog (the limit's 200,000 jobs per run): a ratio of two drains
-    # of 2 s each is at the mercy of a single hiccup of this shared machine.
-    n = 4 * bench.opts.backlog
+    n = bench.opts.backlog
     trials: dict[str, list[Trial]] = {c.key: [] for c in contenders}
     for rep in range(bench.opts.repeat):
         for c in contenders:

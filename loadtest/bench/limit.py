@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from fleet.db import connect
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
 from loadtest.bench.config import BATCH, Bench
 from loadtest.bench.drain import Trial
-from loadtest.bench.report import Report
+from loadtest.bench.report import Report, median
 from loadtest.bench.server import checkpoint
 
 HERE = Path(__file__).resolve().parent.parent
@@ -87,7 +88,7 @@ def measure(bench: Bench, url: str, script: Script, clients: int) -> float:
     claim script (checked against the rows it left done), tps for the update script."""
     quick = bench.opts.quick
     if script.batch:
-        jobs = (50_000 if quick else 200_000) if script.batch > 1 else (5_000 if quick else 20_000)
+        jobs = bench.opts.backlog if script.batch > 1 else (5_000 if quick else 20_000)
         per_run = max(1, jobs // (clients * script.batch))
         rows = (per_run + 1) * clients * script.batch
     else:
@@ -118,30 +119,50 @@ def limit_database(bench: Bench) -> str:
 
 
 class LimitDrain:
-    """A batched pgbench script as a drain contender, so that the limit is measured between fleet's
-    drain trials, under the same drift: one trial is one pgbench run per client count, its rate the
-    best of them."""
+    """A batched pgbench script with one client count as a drain contender, so that the limit is
+    measured between fleet's drain trials, under the same drift: one trial is one pgbench run."""
 
     backlog_cap: int | None = None
     processes = 0
 
-    def __init__(self, url: str, script: Script) -> None:
+    def __init__(self, url: str, script: Script, clients: int) -> None:
         self.url = url
         self.script = script
-        self.key = f"limit.{script.key}"
-        self.label = f"pgbench {script.label}"
+        self.clients = clients
+        self.key = f"limit.{script.key}.c{clients}"
+        self.label = f"pgbench {script.label}, {clients} clients"
 
     def trial(self, bench: Bench, n: int) -> Trial:
-        rate = max(measure(bench, self.url, self.script, c) for c in bench.opts.clients)
+        rate = measure(bench, self.url, self.script, self.clients)
         return Trial(runs=n, seconds=n / rate, transactions=0, peak_rss_kib=0, cpu_s=0.0)
 
 
 def interleaved(bench: Bench) -> list[LimitDrain]:
-    """The batched scripts, when the drain measures them beside fleet's trials."""
+    """The batched scripts, one contender per client count, when the drain measures them beside
+    fleet's trials."""
     if not (bench.selected("limit") and bench.selected("drain")):
         return []
     url = limit_database(bench)
-    return [LimitDrain(url, s) for s in SCRIPTS if s.batch > 1]
+    return [LimitDrain(url, s, c) for s in SCRIPTS if s.batch > 1 for c in bench.opts.clients]
+
+
+def report_interleaved(report: Report, trials: dict[str, list[float]], clients: Sequence[int]) -> None:
+    """The limit of each batched script measured between the drains, estimated as fleet's drain
+    figure is: the median of the trials for each client count (worker count, for fleet), then the
+    best of them."""
+    for script in SCRIPTS:
+        per_client = [median(r) for c in clients if (r := trials.get(f"limit.{script.key}.c{c}"))]
+        if not per_client:
+            continue
+        report.add(
+            f"limit.{script.key}",
+            f"pgbench {script.label} (best of the {'/'.join(map(str, clients))} clients' medians, "
+            "between the drains)",
+            max(per_client),
+            "jobs/s",
+            trials=per_client,
+            note="trials: the median of each client count",
+        )
 
 
 def run(bench: Bench, report: Report) -> None:
@@ -163,7 +184,8 @@ def run(bench: Bench, report: Report) -> None:
     report.note(
         "limit: pgbench on fleet's own job_runs table (same indexes), one run per client count, -M prepared; "
         "value = best of the client counts, trials = each client count. When the drain is measured too, "
-        f"the {BATCH}-rows-per-claim scripts run between its trials instead: each trial is one run per "
-        "client count and its rate the best of them, value = median of the trials. The scripts only claim "
+        f"the {BATCH}-rows-per-claim scripts run between its trials instead, one run per client count in "
+        "each repetition; value = the best of the client counts' medians over the repetitions, as fleet's "
+        "best drain figure is the best of the worker counts' medians. The scripts only claim "
         "and finish: no history row, no trace ids, no schedule join, which fleet's statements also do"
     )

@@ -13,7 +13,7 @@ from tests.support import ROOT
 
 def test_quick_bench_prints_the_table_and_writes_json(server_url: str, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    argv = [sys.executable, "-m", "loadtest.bench", "--quick", "--only", "drain,lag"]
+    argv = [sys.executable, "-m", "loadtest.bench", "--quick", "--only", "limit,drain,lag"]
     argv += ["--database-url", server_url, "--json", str(out), "--log-dir", str(tmp_path / "logs")]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -28,8 +28,15 @@ def test_quick_bench_prints_the_table_and_writes_json(server_url: str, tmp_path:
         "drain.fleet.w1.transactions_per_run",
         "lag.fleet.every_second.p50",
         "lag.fleet.burst.p99",
+        "limit.finish_claim.b1",
+        "limit.finish_claim.b100",
+        "ratio.fleet_vs_finish_claim",
     ):
         assert figures.get(key) is not None and figures[key] > 0, (key, figures.get(key))
+    # The batched limit ran between the drains, once per client count: the figure is the best of
+    # the client counts' medians.
+    (limit,) = [f for f in doc["figures"] if f["key"] == "limit.finish_claim.b100"]
+    assert len(limit["trials"]) == 3 and limit["value"] == max(limit["trials"]), limit
     assert doc["meta"]["quick"] is True
 
 
