@@ -118,6 +118,10 @@ def limit_database(bench: Bench) -> str:
     return url
 
 
+def contender_key(script: Script, clients: int) -> str:
+    return f"limit.{script.key}.c{clients}"
+
+
 class LimitDrain:
     """A batched pgbench script with one client count as a drain contender, so that the limit is
     measured between fleet's drain trials, under the same drift: one trial is one pgbench run."""
@@ -129,7 +133,7 @@ class LimitDrain:
         self.url = url
         self.script = script
         self.clients = clients
-        self.key = f"limit.{script.key}.c{clients}"
+        self.key = contender_key(script, clients)
         self.label = f"pgbench {script.label}, {clients} clients"
 
     def trial(self, bench: Bench, n: int) -> Trial:
@@ -151,7 +155,7 @@ def report_interleaved(report: Report, trials: dict[str, list[float]], clients: 
     figure is: the median of the trials for each client count (worker count, for fleet), then the
     best of them."""
     for script in SCRIPTS:
-        per_client = [median(r) for c in clients if (r := trials.get(f"limit.{script.key}.c{c}"))]
+        per_client = [median(r) for c in clients if (r := trials.get(contender_key(script, c)))]
         if not per_client:
             continue
         report.add(
