@@ -241,11 +241,14 @@ def attempt_recorded(attempt: Any, outcome: str, error: str | None) -> None:
         span.finish(outcome, error)
 
 
-def record_lost_attempt(attempt: Any) -> None:
+def record_lost_attempt(attempt: Any, before: tuple[str | None, str | None] | None = None) -> None:
     """Emit the span of the previous attempt of a reclaimed run, whose worker could not.
 
     It carries the ids stored at that attempt's claim and its start time from the database, ends at
-    this claim (the database's time), and has status ERROR "lease expired".
+    this claim (the database's time), and has status ERROR "lease expired". It links to the slot's
+    creator and, given `before` (the trace and span ids of the attempt before the lost one, from
+    the run's history), to that attempt, for the reason the lost attempt was made: how that one
+    ended, as the run recorded it before this claim.
     """
     st = _state
     a = attempt
@@ -267,7 +270,8 @@ def record_lost_attempt(attempt: Any) -> None:
             context=SpanContext(trace_id, int(a.prev_span_id, 16), is_remote=False, trace_flags=_SAMPLED),
             resource=st.resource,
             attributes=attributes,
-            links=_link(a.created_trace_id, a.created_span_id, "created_by"),
+            links=_link(a.created_trace_id, a.created_span_id, "created_by")
+            + (_link(*before, _reason_after(a.prev_outcome)) if before else ()),
             kind=SpanKind.CONSUMER,
             status=Status(StatusCode.ERROR, "lease expired"),
             start_time=_unix_ns(a.prev_started_at) if a.prev_started_at else end,
@@ -308,9 +312,15 @@ def _span_of(st: _State, a: Any) -> _AttemptSpan | None:
 
 
 def _previous_reason(a: Any) -> str:
-    if a.prev_status == "running":
+    """Why attempt `a` was made: its run's lease ran out, or how the attempt before it ended."""
+    return "lease_reclaimed" if a.prev_status == "running" else _reason_after(a.prev_outcome)
+
+
+def _reason_after(outcome: str | None) -> str:
+    """The link reason of an attempt made after one that ended as `outcome`."""
+    if outcome == "lease_expired":
         return "lease_reclaimed"
-    return "handed_back" if a.prev_outcome == "handed_back" else "retry"
+    return "handed_back" if outcome == "handed_back" else "retry"
 
 
 def _attempt_attributes(

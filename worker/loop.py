@@ -177,7 +177,7 @@ class Worker:
         run: list[Attempt] = []
         for a in attempts:
             if a.reclaimed:
-                telemetry.record_lost_attempt(a)
+                telemetry.record_lost_attempt(a, self._before_lost(conn, a))
                 self._log("reclaimed", a, previous_worker=a.prev_worker)
             if a.reclaimed and a.failures >= a.max_attempts:
                 # The lease ran out on the last allowed try (the handler crashed or stalled its worker):
@@ -193,6 +193,19 @@ class Worker:
         for a in run:
             self.todo.put(a)
         return result
+
+    def _before_lost(self, conn: psycopg.Connection[Any], a: Attempt) -> tuple[str, str] | None:
+        """When tracing, the ids of the attempt before the lost one of reclaimed `a` (from the run's
+        history), if there was one. A tracing link only: a database error leaves it out."""
+        if not telemetry.enabled() or a.attempt < 3:
+            return None
+        try:
+            row = conn.execute(
+                q("attempt_ids"), {"schedule": a.schedule, "slot": a.slot, "attempt": a.attempt - 2}
+            ).fetchone()
+        except psycopg.Error:
+            return None
+        return (row["trace_id"], row["span_id"]) if row and row["trace_id"] and row["span_id"] else None
 
     def _collect(self) -> None:
         returned: list[Attempt] = []

@@ -183,6 +183,45 @@ def test_a_killed_attempt_is_emitted_by_the_worker_that_reclaims_it(
     assert [s.span_id for s in receiver.spans].count(first.span_id) == 1
 
 
+def test_a_run_lost_twice_chains_both_lost_attempts(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path, receiver: Receiver
+) -> None:
+    one_run(conn, "sleep", "{ seconds = 2.5 }")
+    env = traced_env(db_url, receiver.endpoint, tmp_path)
+
+    def started(n: int, wid: str) -> bool:
+        return any(e[0] == "start" and e[2] == str(n) and e[3] == wid for e in events(tmp_path))
+
+    with processes() as procs:
+        a = worker(procs, env, tmp_path, "a")
+        wait_for(lambda: started(1, "a"), what="attempt 1 to start on a")
+        a.signal(signal.SIGKILL)
+        b = worker(procs, env, tmp_path, "b")
+        wait_for(lambda: started(2, "b"), timeout=20, what="b to reclaim the run")
+        slot = run_row(conn)["scheduled_for"]
+        attempt_spans(receiver, slot, 1)  # b has exported the lost attempt 1
+        b.signal(signal.SIGKILL)
+        worker(procs, env, tmp_path, "c")
+        wait_for(lambda: run_row(conn)["status"] == "done", timeout=30, what="c to finish the run")
+        first, second, third = attempt_spans(receiver, slot, 3)
+    rows = history(conn)
+    assert [(r["attempt"], r["worker_id"], r["outcome"]) for r in rows] == [
+        (1, "a", "lease_expired"),
+        (2, "b", "lease_expired"),
+        (3, "c", "done"),
+    ]
+    for span, row, wid in zip((first, second, third), rows, ("a", "b", "c"), strict=True):
+        assert_attempt(span, row, wid, "sleep")
+    # Each lost attempt was emitted by the worker that reclaimed it, and every attempt links to the
+    # one before it: attempt 2's span, which c made from the ids stored on the run and in its history,
+    # leads back to attempt 1 as attempt 3's leads to attempt 2.
+    assert (first.resource["service.instance.id"], second.resource["service.instance.id"]) == ("b", "c")
+    assert first.link("lease_reclaimed") is None
+    for prev, nxt in ((first, second), (second, third)):
+        link = nxt.link("lease_reclaimed")
+        assert link and (link.trace_id, link.span_id) == (prev.trace_id, prev.span_id)
+
+
 def test_retries_are_chained_attempt_traces(
     db_url: str, conn: psycopg.Connection[Any], tmp_path: Path, receiver: Receiver
 ) -> None:

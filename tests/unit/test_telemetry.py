@@ -350,6 +350,30 @@ def test_the_reclaimer_emits_the_lost_attempt_from_the_stored_ids(spans: InMemor
     assert dict(link.attributes or {}) == {"fleet.link.reason": "created_by"}
 
 
+@pytest.mark.parametrize(
+    ("before_outcome", "reason"),
+    [("failed", "retry"), ("lease_expired", "lease_reclaimed"), ("handed_back", "handed_back")],
+)
+def test_a_lost_attempt_links_to_the_attempt_before_it(
+    spans: InMemorySpanExporter, before_outcome: str, reason: str
+) -> None:
+    # Attempt 3 reclaims the run: attempt 2 was lost; attempt 1 ended as `before_outcome`.
+    a = attempt(
+        3,
+        prev_status="running",
+        prev_outcome=before_outcome,
+        prev_trace_id="ef" * 16,
+        prev_span_id="01" * 8,
+        started_at=datetime(2026, 11, 2, 1, 1, 4, tzinfo=UTC),
+    )
+    telemetry.record_lost_attempt(a, ("12" * 16, "34" * 8))
+    s = only(spans)
+    assert ids(s) == ("ef" * 16, "01" * 8) and s.attributes and s.attributes["fleet.attempt"] == 2
+    (link,) = s.links  # no created_by link: this run has no creator's ids
+    assert (f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}") == ("12" * 16, "34" * 8)
+    assert dict(link.attributes or {}) == {"fleet.link.reason": reason}
+
+
 def test_a_tick_span_is_emitted_only_when_its_batch_created_rows(spans: InMemorySpanExporter) -> None:
     with telemetry.tick_span() as tick:
         tick.done(3, 0, 0)
