@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import statistics
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -107,11 +108,8 @@ def trial(url: str, make: Callable[[], Round], size: int, runs: int) -> float:
 
 def fit(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
     """Least squares of cost = fixed / batch + per_run: (fixed µs per round, µs per run)."""
-    xs = [1 / b for b, _ in points]
-    ys = [c for _, c in points]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-    return slope, my - slope * mx
+    fixed, per_run = statistics.linear_regression([1 / b for b, _ in points], [c for _, c in points])
+    return fixed, per_run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
