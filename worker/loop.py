@@ -200,12 +200,11 @@ class Worker:
         if not telemetry.enabled() or a.attempt < 3:
             return None
         try:
-            row = conn.execute(
-                q("attempt_ids"), {"schedule": a.schedule, "slot": a.slot, "attempt": a.attempt - 2}
-            ).fetchone()
+            rows = conn.execute(q("attempt_list"), {"name": a.schedule, "slot": a.slot}).fetchall()
         except psycopg.Error:
             return None
-        return (row["trace_id"], row["span_id"]) if row and row["trace_id"] and row["span_id"] else None
+        before = [(r["trace_id"], r["span_id"]) for r in rows if r["attempt"] == a.attempt - 2]
+        return before[0] if before and all(before[0]) else None
 
     def _collect(self) -> None:
         returned: list[Attempt] = []

@@ -205,12 +205,6 @@ SELECT f.i,
         FROM (SELECT 1 FROM ungate UNION ALL SELECT 1 FROM fin WHERE status = 'pending' LIMIT 1) u) AS woke
 FROM fin f
 
--- name: attempt_ids
--- The trace and span ids an attempt of a run was recorded with (for a tracing link to it).
-SELECT trace_id, span_id
-FROM job_attempts
-WHERE schedule_name = %(schedule)s AND scheduled_for = %(slot)s AND attempt = %(attempt)s
-
 -- name: run_next_wait
 -- Seconds from now() to the earliest moment a run becomes claimable (due, or lease expiring).
 SELECT extract(epoch FROM least(
