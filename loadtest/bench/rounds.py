@@ -108,8 +108,7 @@ def trial(url: str, make: Callable[[], Round], size: int, runs: int) -> float:
 
 def fit(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
     """Least squares of cost = fixed / batch + per_run: (fixed µs per round, µs per run)."""
-    fixed, per_run = statistics.linear_regression([1 / b for b, _ in points], [c for _, c in points])
-    return fixed, per_run
+    return statistics.linear_regression([1 / b for b, _ in points], [c for _, c in points])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
