@@ -396,7 +396,9 @@ def test_scale_up_and_down_keeps_the_others_and_runs_each_slot_once(
     env = base_env(
         FLEET_DATABASE_URL=db_url,
         FLEET_TEST_DIR=str(short_dir),
-        FLEET_CONCURRENCY="2",
+        # One run at a time per worker: a 1.5 s run every second keeps one of the first two workers
+        # busy at each new slot, so the workers added by scaling win claims often, not by luck.
+        FLEET_CONCURRENCY="1",
         PYTHONPATH=app_path(),
         **FAST,
     )
