@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -112,14 +113,26 @@ def load(text: str) -> list[ScheduleSpec]:
             where = f"schedule {name!r}"
         spec, errs = _one(entry, where)
         problems.extend(errs)
-        if spec is not None:
-            if spec.name in seen:
+        if isinstance(name, str) and name:
+            if name in seen:
                 problems.append(f"{where}: name: duplicate schedule name")
-            seen.add(spec.name)
+            seen.add(name)
+        if spec is not None:
             specs.append(spec)
     if problems:
         raise ScheduleFileError(problems)
     return specs
+
+
+def _non_finite(value: Any, path: str) -> list[tuple[str, float]]:
+    """Where `value` holds inf or nan (TOML has them, JSON does not: they would become null)."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [(path, value)]
+    if isinstance(value, dict):
+        return [f for k, v in value.items() for f in _non_finite(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [f for i, v in enumerate(value) for f in _non_finite(v, f"{path}[{i}]")]
+    return []
 
 
 def _one(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None, list[str]]:
@@ -141,6 +154,8 @@ def _one(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None, list[s
         bad("args", "must be a table")
         args = {}
     else:
+        for path, value in _non_finite(args, "args"):
+            bad(path, f"not representable as JSON: {value}")
         try:
             args = orjson.loads(orjson.dumps(args))  # TOML dates become ISO strings
         except TypeError as e:

@@ -57,6 +57,8 @@ def test_timing_hash_changes_only_with_timing() -> None:
         ('name = "bad name!"\nevery = "1m"\njob = "j"', "name"),
         ('name = "a"\nevery = "1m"', "job"),
         ('name = "a"\nevery = "1m"\njob = "j"\nargs = 3', "args"),
+        ('name = "a"\nevery = "1m"\njob = "j"\nargs = { limits = [1, inf] }', "args.limits[1]"),
+        ('name = "a"\nevery = "1m"\njob = "j"\nargs = { x = { y = nan } }', "args.x.y"),
         ('name = "a"\nevery = "1m"\njob = "j"\nretry = { base = "1m", cap = "30s" }', "retry.base"),
         ('name = "a"\nevery = "1m"\njob = "j"\nretry = { max_attempts = "six" }', "retry.max_attempts"),
         ('name = "a"\nevery = "1m"\njob = "j"\nstart_at = "yesterday"', "start_at"),
@@ -68,3 +70,11 @@ def test_problems_name_the_field(entry: str, field: str) -> None:
     with pytest.raises(ScheduleFileError) as e:
         load(f"[[schedule]]\n{entry}\n")
     assert any(f": {field}:" in p for p in e.value.problems), e.value.problems
+
+
+def test_a_repeated_name_is_reported_even_when_the_repeat_has_other_problems() -> None:
+    with pytest.raises(ScheduleFileError) as e:
+        load('[[schedule]]\nname = "d"\nevery = "1m"\njob = "j"\n'
+             '[[schedule]]\nname = "d"\ncron = "61 * * * *"\njob = "j"\n')
+    assert "schedule 'd': name: duplicate schedule name" in e.value.problems
+    assert any(": cron:" in p for p in e.value.problems), e.value.problems
