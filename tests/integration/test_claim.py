@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import threading
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -257,3 +259,54 @@ def test_a_round_is_one_transaction(conn: psycopg.Connection[Any]) -> None:
         conn.execute("UPDATE job_runs SET failures = 2")
         conn.execute("SELECT 1 / 0")
     assert row(conn)["failures"] == 1
+
+
+def test_a_finish_waiting_on_a_heartbeat_of_its_runs_records_every_run(db_url: str) -> None:
+    """A worker's heartbeat renews leases on its own connection, so it can update the very runs the
+    loop is finishing. The finish then waits for the renewal to commit and rechecks each row's newest
+    version: every run of the batch must be recorded. With the batch's two unnests inlined under the
+    join, the recheck matched only the first row of a 100-run batch once the statement ran with its
+    generic plan; the rest stayed running until their leases expired, and ran again."""
+    from fleet.db import connect
+    from worker.finish import DONE
+    from worker.loop import run_round
+
+    n, rounds = 100, 3
+    with connect(db_url, "setup") as c:
+        schedule(c)
+        c.execute(
+            "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
+            "SELECT 's', %s + make_interval(secs => g), 'noop', 'allow', now() FROM generate_series(1, %s) g",
+            (T0, n * (rounds + 1)),
+        )
+    with (
+        connect(db_url, "loop", prepare=True) as loop,
+        connect(db_url, "heartbeat") as beat,
+        connect(db_url, "check") as check,
+    ):
+        batch: list[tuple[Attempt, Outcome]] = []
+        for _ in range(rounds):  # the generic plan is in use from here on, as in a running worker
+            batch, written, claimed, _ = run_round(loop, batch, worker_id="w", jobs=["noop"], limit=n, lease_s=LEASE)
+            assert len(written) == len(batch)
+            batch = [(a, DONE) for a in claimed]
+        assert len(batch) == n
+        beat.autocommit = False
+        assert len(run_heartbeat(beat, [a for a, _ in batch], LEASE)) == n  # holds the rows until commit
+        done: dict[str, set[int]] = {}
+
+        def finish() -> None:
+            _, done["written"], _, _ = run_round(loop, batch, worker_id="w", jobs=["noop"], limit=0, lease_s=LEASE)
+
+        t = threading.Thread(target=finish)
+        t.start()
+        deadline = time.monotonic() + 10
+        while scalar(check, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'loop' "
+                     "AND wait_event_type = 'Lock'") == 0:
+            assert time.monotonic() < deadline, "the finish never waited for the heartbeat"
+            time.sleep(0.01)
+        beat.commit()
+        t.join(10)
+        assert not t.is_alive()
+        assert done["written"] == set(range(1, n + 1))
+        assert scalar(check, "SELECT count(*) FROM job_runs WHERE status = 'running'") == 0
+        assert scalar(check, "SELECT count(*) FROM job_attempts") == n * rounds
