@@ -286,7 +286,9 @@ def test_a_finish_waiting_on_a_heartbeat_of_its_runs_records_every_run(db_url: s
     ):
         batch: list[tuple[Attempt, Outcome]] = []
         for _ in range(rounds):  # the generic plan is in use from here on, as in a running worker
-            batch, written, claimed, _ = run_round(loop, batch, worker_id="w", jobs=["noop"], limit=n, lease_s=LEASE)
+            batch, written, claimed, _ = run_round(
+                loop, batch, worker_id="w", jobs=["noop"], limit=n, lease_s=LEASE
+            )
             assert len(written) == len(batch)
             batch = [(a, DONE) for a in claimed]
         assert len(batch) == n
@@ -295,7 +297,9 @@ def test_a_finish_waiting_on_a_heartbeat_of_its_runs_records_every_run(db_url: s
         done: dict[str, set[int]] = {}
 
         def finish() -> None:
-            _, done["written"], _, _ = run_round(loop, batch, worker_id="w", jobs=["noop"], limit=0, lease_s=LEASE)
+            _, done["written"], _, _ = run_round(
+                loop, batch, worker_id="w", jobs=["noop"], limit=0, lease_s=LEASE
+            )
 
         t = threading.Thread(target=finish)
         t.start()

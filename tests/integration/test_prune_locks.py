@@ -130,4 +130,6 @@ def test_prune_of_a_million_rows_does_not_block_claims(db_url: str, conn: psycop
     assert result.attempts == ROWS - 10
     assert scalar(conn, "SELECT count(*) FROM job_runs WHERE job = 'old'") == 10
     assert claimed == len(latencies)  # every claim found its run: none was blocked out
-    assert max(during) < MAX_CLAIM_MS, f"a claim waited {max(during):.1f} ms while pruning"
+    # Latencies are printed, not asserted: on a shared 2-core machine a claim can take a few hundred
+    # milliseconds without waiting for any lock (CPU and disk are shared with the prune). A wait for
+    # a lock longer than MAX_CLAIM_MS fails the claim itself (lock_timeout), checked above.
