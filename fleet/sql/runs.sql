@@ -151,11 +151,12 @@ RETURNING r.schedule_name, r.scheduled_for
 -- attempt's start and trace ids are the row's own, set by the claim. The history row needs no
 -- ON CONFLICT (a speculative insertion costs more): only the fenced write of a running attempt
 -- adds it, and a reclaim records only the attempt before its own, so each attempt is added once.
--- `v` is MATERIALIZED: inlined, the two unnests become an Append under the join, and when a row
--- was updated since the statement began (a heartbeat of the same worker renewed its lease), the
--- recheck of the newest version (EvalPlanQual) matched only the first such row of the batch
--- (PostgreSQL 15 and 16, generic plan, batches of about 60 rows and more): the others were left
--- running and ran again once their lease ran out. Over a CTE scan, every recheck sees its row.
+-- `v` is MATERIALIZED: inlined, the two unnests become an Append under the join, and when rows
+-- were updated since the statement began (a heartbeat of the same worker renewed their leases),
+-- the recheck of their newest versions (EvalPlanQual) matched only the first such row of the
+-- batch (seen with PostgreSQL 15 and 16 under the generic plan, on batches of 60 to 100 rows):
+-- the others were left running and ran again once their lease ran out. Over a CTE scan, every
+-- recheck sees its row.
 WITH v AS MATERIALIZED (
     SELECT d.name, d.slot, d.attempt, 'done' AS status, 'done' AS outcome, NULL::text AS error,
            0::float8 AS delay_s, 0 AS spent, d.i

@@ -156,8 +156,8 @@ def test_heartbeats_racing_the_finishes_lose_no_result(
     db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     """The heartbeat renews leases on its own connection while the loop finishes the same runs. With
-    a renewal every 20 ms and batches of 100 they collide hundreds of times over 20,000 runs: every
-    result must still be recorded by the attempt that produced it (none fenced, none run twice)."""
+    a renewal every 20 ms and batches of 100 they collide many times over 20,000 runs: every result
+    must still be recorded by the attempt that produced it (none fenced, none run twice)."""
     n = 20_000
     apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1s"\njob = "noop"\noverlap = "allow"\n'
                'start_at = "2099-01-01T00:00:00Z"\n')
