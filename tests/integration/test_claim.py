@@ -12,11 +12,13 @@ from typing import Any
 import psycopg
 import pytest
 
+from fleet.db import connect
 from tests.support import apply_text, scalar
 from worker.attempt import Attempt, Outcome
 from worker.claim import run_claim
-from worker.finish import decide, run_finish
+from worker.finish import DONE, decide, run_finish
 from worker.heartbeat import run_heartbeat
+from worker.loop import run_round
 
 UTC = timezone.utc
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
@@ -267,10 +269,6 @@ def test_a_finish_waiting_on_a_heartbeat_of_its_runs_records_every_run(db_url: s
     version: every run of the batch must be recorded. With the batch's two unnests inlined under the
     join, the recheck matched only the first row of a 100-run batch once the statement ran with its
     generic plan; the rest stayed running until their leases expired, and ran again."""
-    from fleet.db import connect
-    from worker.finish import DONE
-    from worker.loop import run_round
-
     n, rounds = 100, 3
     with connect(db_url, "setup") as c:
         schedule(c)
