@@ -13,24 +13,26 @@ from typing import Any
 
 import orjson
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool
 
-from fleet.errors import DatabaseUnavailable
+from fleet.errors import ConfigError, DatabaseUnavailable
 
 set_json_loads(orjson.loads)
 set_json_dumps(orjson.dumps)
 
-# Keepalives and tcp_user_timeout make a partitioned connection fail in seconds instead of
-# hanging past a lease.
-_CONNECT_KWARGS: dict[str, Any] = {
-    "autocommit": True,
+# Keepalives find a dead peer of an idle connection in about 25 s, tcp_user_timeout one whose sent
+# data goes unacknowledged for 10 s (without it, a statement in flight when the network fails waits
+# for the kernel's retransmissions: minutes). The database URL's own values of these win.
+_NETWORK_DEFAULTS: dict[str, Any] = {
     "connect_timeout": 5,
     "keepalives": 1,
     "keepalives_idle": 10,
     "keepalives_interval": 5,
     "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
 }
 
 # The claim and finish statements take about as long to plan as to run, so the hot paths prepare
@@ -54,9 +56,19 @@ def redact(url: str) -> str:
     return re.sub(r"(password=)[^&\s]*", r"\1***", url)
 
 
-def _kwargs(application_name: str, prepare: bool = False) -> dict[str, Any]:
+def url_params(url: str, flag: str = "database URL") -> dict[str, Any]:
+    """The connection parameters the URL sets; ConfigError naming `flag` if libpq cannot read it."""
+    try:
+        return conninfo_to_dict(url)
+    except psycopg.ProgrammingError as e:
+        raise ConfigError(f"{flag}: {redact(str(e).strip())}") from None
+
+
+def _kwargs(url: str, application_name: str, prepare: bool = False) -> dict[str, Any]:
+    given = url_params(url)
     return {
-        **_CONNECT_KWARGS,
+        **{k: v for k, v in _NETWORK_DEFAULTS.items() if k not in given},
+        "autocommit": True,
         "application_name": application_name[:63],
         "prepare_threshold": PREPARE_AFTER if prepare else None,
     }
@@ -64,8 +76,9 @@ def _kwargs(application_name: str, prepare: bool = False) -> dict[str, Any]:
 
 def connect(url: str, application_name: str, prepare: bool = False) -> psycopg.Connection[dict[str, Any]]:
     """A new autocommit connection returning rows as dicts."""
+    kwargs = _kwargs(url, application_name, prepare)
     try:
-        return psycopg.connect(url, row_factory=dict_row, **_kwargs(application_name, prepare))
+        return psycopg.connect(url, row_factory=dict_row, **kwargs)
     except psycopg.OperationalError as e:
         raise DatabaseUnavailable(f"cannot connect to {redact(url)}: {str(e).strip()}") from e
 
@@ -100,7 +113,7 @@ def make_pool(
         url,
         min_size=min_size,
         max_size=max_size,
-        kwargs={**_kwargs(application_name, prepare), "row_factory": dict_row},
+        kwargs={**_kwargs(url, application_name, prepare), "row_factory": dict_row},
         check=ConnectionPool.check_connection,
         open=False,
         name=application_name,

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from fleet.db import url_params
 from fleet.errors import ConfigError
 
 DEFAULT_LEASE_S = 60.0
@@ -117,8 +118,11 @@ def _shared(a: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, Any]
     log_format = _take(a.log_format, environ, "FLEET_LOG_FORMAT", "json", str, "--log-format")
     if log_format not in LOG_FORMATS:
         raise ConfigError(f"--log-format: must be one of {', '.join(LOG_FORMATS)}")
+    url = _take(a.database_url, environ, "FLEET_DATABASE_URL", None, str, "--database-url")
+    if url:
+        url_params(url, "--database-url")
     return {
-        "database_url": _take(a.database_url, environ, "FLEET_DATABASE_URL", None, str, "--database-url"),
+        "database_url": url,
         "log_format": log_format,
         "prepared_statements": _take(
             a.prepared_statements,

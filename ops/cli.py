@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from fleet.db import connect, resolve_url
-from fleet.errors import DatabaseUnavailable, FleetError, ScheduleFileError
+from fleet.errors import ConfigError, DatabaseUnavailable, FleetError, ScheduleFileError
 from fleet.migrate import migrate
 from fleet.schedfile import load
 
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in e.problems:
             print(f"fleetctl {args.command}: {line}", file=sys.stderr)
         return 2
-    except UsageError as e:
+    except (UsageError, ConfigError) as e:
         print(f"fleetctl {args.command}: {e}", file=sys.stderr)
         return 2
     except DatabaseUnavailable as e:

@@ -48,6 +48,14 @@ CLAIM_COLUMNS = (
 )
 
 
+def trusted_for(lease_s: float) -> float:
+    """How long a worker trusts a lease after sending the statement that took or renewed it: the
+    lease less a tenth (at most 2 s). The database lease runs from a moment after the send, and
+    another worker may take the run over from its end; a worker cut off from the database, or
+    paused, gives its attempts up before then, with time left for their handlers to notice."""
+    return lease_s - min(lease_s / 10, 2.0)
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """How an attempt ended, as the finish statement records it."""
@@ -97,14 +105,14 @@ class Attempt:
     log_fields: logs.Fields | None = None  # the fields every log line of this attempt carries
 
     @classmethod
-    def from_values(cls, values: tuple[Any, ...], lease_s: float, claimed_mono: float) -> Attempt:
-        """An attempt from the claim's values in the order of CLAIM_COLUMNS."""
+    def from_values(cls, values: tuple[Any, ...], trust_s: float, claimed_mono: float) -> Attempt:
+        """An attempt from the claim's values in the order of CLAIM_COLUMNS; its lease is trusted for
+        `trust_s` (see `trusted_for`) from `claimed_mono`, taken before the claim was sent."""
         a = cls(*values)
         a.slot = a.slot.astimezone(UTC)
         if a.args is None:
             a.args = {}
-        # The lease is trusted locally only from before the claim was sent, never longer.
-        a.lease_deadline_mono = claimed_mono + lease_s
+        a.lease_deadline_mono = claimed_mono + trust_s
         return a
 
     @property

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import psycopg
 
 from fleet.queries import q
-from worker.attempt import CLAIM_COLUMNS, HOST, Attempt
+from worker.attempt import CLAIM_COLUMNS, HOST, Attempt, trusted_for
 
 # Random bytes per claimable run: its attempt's trace id (16) and span id (8).
 ID_BYTES = 24
@@ -51,11 +51,12 @@ def claim_rows(
         res = cursor.pgresult
         take, reason, schedule, slot = _positions(tuple(res.fname(i) for i in range(res.nfields)))
         from_values = Attempt.from_values
+        trust_s = trusted_for(lease_s)
 
         def make(values: Sequence[Any]) -> Attempt | Skipped:
             if values[reason] is not None:
                 return Skipped(values[schedule], values[slot].astimezone(UTC))
-            return from_values(take(values), lease_s, sent_mono)
+            return from_values(take(values), trust_s, sent_mono)
 
         return make
 

@@ -13,6 +13,7 @@ from psycopg_pool import ConnectionPool
 from fleet import logs
 from fleet.queries import q
 from fleet.registry import process_touch
+from worker.attempt import trusted_for
 
 if TYPE_CHECKING:
     from worker.loop import Worker
@@ -40,9 +41,9 @@ def run_heartbeat(conn: psycopg.Connection[Any], attempts: list[Any], lease_s: f
 class Heartbeat(threading.Thread):
     """Renews every running attempt's lease each `period` seconds, in one statement.
 
-    An attempt whose row no longer matches (another worker took the lease over), or whose lease
-    ran out locally while the database could not be reached, is fenced: its handler is cancelled
-    and nothing about it is written any more.
+    An attempt whose row no longer matches (another worker took the lease over) is fenced: its
+    handler is cancelled and nothing about it is written any more. An attempt whose lease runs out
+    locally first is fenced by LeaseWatch.
     """
 
     def __init__(
@@ -84,9 +85,10 @@ class Heartbeat(threading.Thread):
                 snapshot = w.running_attempts()
                 sent = time.monotonic()
                 renewed = run_heartbeat(conn, snapshot, w.settings.lease_s)
+                trusted_until = sent + trusted_for(w.settings.lease_s)
                 for a in snapshot:
                     if a.key in renewed:
-                        a.lease_deadline_mono = sent + w.settings.lease_s
+                        a.lease_deadline_mono = trusted_until
                     else:
                         self.on_fenced(a, "lease taken over by another worker")
                 if sent - self.last_touch >= _TOUCH_EVERY_S:
@@ -94,8 +96,32 @@ class Heartbeat(threading.Thread):
                     self.last_touch = sent
         except (psycopg.Error, Exception) as e:  # noqa: BLE001 - keep beating whatever went wrong
             logs.event("heartbeat_error", worker_id=w.settings.worker_id, error=str(e).strip()[:500])
-        finally:
+
+
+class LeaseWatch(threading.Thread):
+    """Fences each attempt at its local lease deadline, whatever the heartbeat is waiting for.
+
+    The heartbeat moves an attempt's deadline on when a renewal succeeds. When the database cannot
+    be reached, the renewal may wait on the network (up to the connection's `tcp_user_timeout`, and
+    a new connection up to `connect_timeout`); this thread does no I/O, so the attempt is still given
+    up on time: before the database lease ends and another worker may take the run over.
+    """
+
+    def __init__(self, worker: Worker, on_fenced: Callable[[Any, str], None]) -> None:
+        super().__init__(name="fleet-lease-watch", daemon=True)
+        self.worker = worker
+        self.on_fenced = on_fenced
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        step = self.worker.settings.heartbeat_s  # a new attempt's deadline is a lease away
+        while True:
             now = time.monotonic()
-            for a in w.running_attempts():
-                if now > a.lease_deadline_mono:
-                    self.on_fenced(a, "lease expired: the database could not be reached to renew it")
+            earliest = now + step
+            for a in self.worker.running_attempts():
+                if now >= a.lease_deadline_mono:
+                    self.on_fenced(a, "lease expired: not renewed in time (the database was out of reach)")
+                else:
+                    earliest = min(earliest, a.lease_deadline_mono)
+            if self.halt.wait(earliest - now):
+                return

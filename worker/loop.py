@@ -21,7 +21,7 @@ from fleet.settings import WorkerSettings
 from worker.attempt import Attempt, Outcome, execute
 from worker.claim import Skipped, claim_result, send_claim
 from worker.finish import decide, finish_result, handed_back, send_finish
-from worker.heartbeat import Heartbeat
+from worker.heartbeat import Heartbeat, LeaseWatch
 from worker.listen import Listener
 
 _STOP_POLL_S = 0.05
@@ -335,17 +335,19 @@ class Worker:
         )
         self._wait_for_database()
         heartbeat = Heartbeat(self, self.pool, self.fence)
+        watch = LeaseWatch(self, self.fence)
         listener = Listener(self.url, f"fleet-worker {s.worker_id} listen", self.wake)
         self.threads = [
             threading.Thread(target=self._executor, name=f"fleet-job-{i}", daemon=True)
             for i in range(s.concurrency)
         ]
-        for t in [*self.threads, heartbeat, listener]:
+        for t in [*self.threads, heartbeat, watch, listener]:
             t.start()
         try:
             self._loop()
         finally:
             heartbeat.halt.set()
+            watch.halt.set()
             listener.halt.set()
             for _ in self.threads:
                 self.todo.put(None)

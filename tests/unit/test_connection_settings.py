@@ -1,0 +1,61 @@
+"""Database URLs: refused at start when libpq cannot read them (exit 2, password hidden), and the
+network defaults (timeouts, keepalives) yield to what a URL sets itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.db import _kwargs, url_params
+from fleet.errors import ConfigError
+from ops.cli import main as fleetctl
+from ticker.cli import main as ticker
+from worker.attempt import trusted_for
+from worker.cli import main as worker
+
+BAD = [
+    ("host=x port", 'missing "=" after "port"'),
+    ("postgresql://u:s3cret@[::1/db", 'matching "]"'),
+    ("postgresql://u:s3cret@localhost/db?bogus=1", 'invalid URI query parameter: "bogus"'),
+    ("host=x nosuchoption=1", 'invalid connection option "nosuchoption"'),
+]
+
+
+@pytest.mark.parametrize(("url", "reason"), BAD)
+def test_an_unreadable_url_is_refused_naming_the_flag_without_its_password(url: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        url_params(url, "--database-url")
+    assert str(e.value).startswith("--database-url: ") and reason in str(e.value)
+    assert "s3cret" not in str(e.value)
+
+
+RUN = {
+    "fleetctl": lambda u: fleetctl(["--database-url", u, "status"]),
+    "fleet-worker": lambda u: worker(["--app", "fleet_test_jobs", "--database-url", u]),
+    "fleet-ticker": lambda u: ticker(["--database-url", u]),
+}
+
+
+@pytest.mark.parametrize("command", RUN)
+def test_every_executable_exits_2_with_one_line_on_an_unreadable_url(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FLEET_DATABASE_URL", raising=False)
+    code = RUN[command]("postgresql://u:s3cret@[::1/db")
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "s3cret" not in err, (code, err)
+
+
+def test_network_defaults_apply_unless_the_url_sets_them() -> None:
+    plain = _kwargs("postgresql://localhost/db", "fleet-worker w")
+    assert plain["tcp_user_timeout"] == 10_000 and plain["keepalives_idle"] == 10
+    assert plain["connect_timeout"] == 5 and plain["autocommit"] is True
+    own = _kwargs("postgresql://localhost/db?tcp_user_timeout=1500&connect_timeout=2", "fleet-worker w")
+    assert "tcp_user_timeout" not in own and "connect_timeout" not in own
+    assert own["keepalives_idle"] == 10
+    assert "keepalives" not in _kwargs("host=localhost keepalives=0", "x")
+
+
+def test_a_lease_is_trusted_for_less_than_its_length() -> None:
+    assert trusted_for(3.0) == pytest.approx(2.7)
+    assert trusted_for(60.0) == pytest.approx(58.0)
+    assert 0 < trusted_for(0.2) < 0.2
