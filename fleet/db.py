@@ -6,6 +6,7 @@ Transactions are always opened visibly by the caller (`with conn.transaction():`
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -89,19 +90,23 @@ def connect_retrying(
     deadline_s: float,
     on_retry: Callable[[Exception], None] | None = None,
     prepare: bool = False,
+    stop: threading.Event | None = None,
 ) -> psycopg.Connection[dict[str, Any]]:
-    """Connect, retrying with backoff for up to `deadline_s` (start-up under a process manager)."""
+    """Connect, retrying with backoff for up to `deadline_s` (start-up under a process manager).
+    Raises the last DatabaseUnavailable when the deadline passes or `stop` is set."""
     end = time.monotonic() + deadline_s
     delay = 0.2
+    stop = stop or threading.Event()
     while True:
         try:
             return connect(url, application_name, prepare)
         except DatabaseUnavailable as e:
-            if time.monotonic() + delay > end:
+            if time.monotonic() + delay > end or stop.is_set():
                 raise
             if on_retry:
                 on_retry(e)
-            time.sleep(delay)
+            if stop.wait(delay):
+                raise
             delay = min(delay * 2, 5.0)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import threading
 import time
@@ -27,12 +28,33 @@ _EVENT_KEYS: dict[str, bytes] = {}
 
 
 def configure(fmt: str = "json", stream: IO[bytes] | None = None, **base: Any) -> None:
-    """Choose json or text, the output stream (stdout by default) and fields every line carries."""
+    """Choose json or text, the output stream (stdout by default) and fields every line carries.
+    Warnings and errors that libraries log (the connection pool, the trace exporter) become lines
+    of their own, `library_log`, instead of plain text on stderr."""
     global _format, _stream, _base, _base_json
     _format = fmt
     _stream = stream
     _base = dict(base)
     _base_json = b"," + orjson.dumps(_base, option=_OPTIONS)[1:-1] if _base else b""
+    root = logging.getLogger()
+    if _BRIDGE not in root.handlers:
+        root.addHandler(_BRIDGE)
+
+
+class _Bridge(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            event(
+                "library_log",
+                logger=record.name,
+                level=record.levelname.lower(),
+                message=record.getMessage().strip()[:500],
+            )
+        except Exception:  # noqa: BLE001 - logging must not raise
+            self.handleError(record)
+
+
+_BRIDGE = _Bridge(logging.WARNING)
 
 
 class Fields:

@@ -43,6 +43,7 @@ class Ticker:
             _RECONNECT_DEADLINE_S,
             lambda e: logs.event("db_unavailable", error=str(e)),
             prepare=self.settings.prepared_statements,
+            stop=self.stop,
         )
         self.listen = connect(self.url, app + " listen")
         self.listen.execute("LISTEN fleet_schedules")
@@ -78,6 +79,8 @@ class Ticker:
                     if done:
                         break
                 except (psycopg.Error, DatabaseUnavailable) as e:
+                    if self.stop.is_set():
+                        break  # asked to stop while the database was out of reach
                     # Keep trying (server restarting, schema not migrated yet): a process manager
                     # gives up on a program that exits quickly a few times.
                     logs.event("db_error", ticker_id=self.settings.ticker_id, error=str(e).strip())

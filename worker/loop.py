@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -25,6 +26,10 @@ from worker.heartbeat import Heartbeat, LeaseWatch
 from worker.listen import Listener
 
 _STOP_POLL_S = 0.05
+# Waiting for the database: borrow attempts this long, so a stop request is seen within a second;
+# the wait is logged at its start and then at most this often.
+_BORROW_S = 1.0
+_UNAVAILABLE_LOG_S = 30.0
 _HANDBACK_WAIT_S = 5.0
 _GATHER_S = 0.002
 
@@ -88,6 +93,8 @@ class Worker:
         self.pool: ConnectionPool[Any] | None = None
         self.threads: list[threading.Thread] = []
         self.counts = {"done": 0, "failed": 0, "dead": 0, "fenced": 0}
+        self._grace_end_mono: float | None = None
+        self._unavailable_logged = -math.inf
 
     # -- the handler threads -------------------------------------------------------------------
 
@@ -333,7 +340,10 @@ class Worker:
         self.pool = make_pool(
             self.url, f"fleet-worker {s.worker_id}", min_size=2, max_size=2, prepare=s.prepared_statements
         )
-        self._wait_for_database()
+        if not self._wait_for_database():
+            self.pool.close()
+            logs.event("worker_stopped", worker_id=s.worker_id, **self.counts)
+            return 0
         heartbeat = Heartbeat(self, self.pool, self.fence)
         watch = LeaseWatch(self, self.fence)
         listener = Listener(self.url, f"fleet-worker {s.worker_id} listen", self.wake)
@@ -352,7 +362,7 @@ class Worker:
             for _ in self.threads:
                 self.todo.put(None)
             try:
-                with self.pool.connection(timeout=5) as conn:
+                with self.pool.connection(timeout=_BORROW_S) as conn:
                     process_remove(conn, s.worker_id)
             except Exception:  # noqa: BLE001 - the row ages out anyway
                 pass
@@ -361,36 +371,75 @@ class Worker:
             logs.event("worker_stopped", worker_id=s.worker_id, **self.counts)
         return 0
 
-    def _wait_for_database(self) -> None:
+    def _unavailable(self, e: Exception) -> None:
+        """Log that the database cannot be reached: when it starts, then at most every 30 s."""
+        now = time.monotonic()
+        if now >= self._unavailable_logged + _UNAVAILABLE_LOG_S:
+            self._unavailable_logged = now
+            logs.event("db_unavailable", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
+
+    def _wait_for_database(self) -> bool:
+        """Register this worker, retrying while the database cannot be reached (a process manager
+        gives up on a program that exits quickly). False when asked to stop before it could."""
         assert self.pool is not None
-        delay = 0.2
         while not self.stop.is_set():
             try:
-                with self.pool.connection(timeout=10) as conn:
+                with self.pool.connection(timeout=_BORROW_S) as conn:
                     process_register(conn, self.settings.worker_id, "worker", self.jobs)
-                return
-            except Exception as e:  # noqa: BLE001 - retry: a process manager gives up on quick exits
-                logs.event("db_unavailable", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
-                self.stop.wait(delay)
-                delay = min(delay * 2, 5.0)
+                self._unavailable_logged = -math.inf
+                return True
+            except PoolTimeout as e:
+                self._unavailable(e)
+            except Exception as e:  # noqa: BLE001 - retry whatever went wrong
+                self._unavailable(e)
+                self.stop.wait(_BORROW_S)
+        return False
 
     def _loop(self) -> None:
         assert self.pool is not None
         while True:
             try:
                 # One connection for the whole loop; the pool checks it again only after an error.
-                with self.pool.connection(timeout=30) as conn:
+                with self.pool.connection(timeout=_BORROW_S) as conn:
+                    self._unavailable_logged = -math.inf
                     self._rounds(conn)
                     return
             except psycopg.Error as e:
                 logs.event("db_error", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
-                self.wake.wait(1.0)
+                if not self._stopping_without_database():
+                    self.wake.wait(_BORROW_S)
             except PoolTimeout as e:
-                logs.event("db_unavailable", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
+                self._unavailable(e)
+            if self._stopping_without_database():
+                return
+
+    def _grace_end(self) -> float:
+        """When running handlers must have finished, from the first look after a stop request."""
+        if self._grace_end_mono is None:
+            s = self.settings
+            self._grace_end_mono = time.monotonic() + s.grace_s
+            logs.event("stopping", worker_id=s.worker_id, running=len(self.inflight), grace_s=s.grace_s)
+        return self._grace_end_mono
+
+    def _stopping_without_database(self) -> bool:
+        """Asked to stop while the database is out of reach: True once nothing is left to record, or
+        the grace period is over (the runs still held are then retaken when their leases run out)."""
+        if not self.stop.is_set():
+            return False
+        self._collect()
+        if self.inflight or self.to_record:
+            if time.monotonic() < self._grace_end():
+                return False
+            logs.event(
+                "stopped_without_database",
+                worker_id=self.settings.worker_id,
+                left_to_lease=len(self.inflight),
+                unrecorded=len(self.to_record),
+            )
+        return True
 
     def _rounds(self, conn: psycopg.Connection[Any]) -> None:
         s = self.settings
-        grace_end: float | None = None
         target = min(s.concurrency, s.claim_batch)
         while True:
             self.wake.clear()
@@ -403,11 +452,7 @@ class Worker:
             with logs.batched():
                 r = self.run_once(conn)
             if self.stop.is_set():
-                if grace_end is None:
-                    grace_end = time.monotonic() + s.grace_s
-                    logs.event(
-                        "stopping", worker_id=s.worker_id, running=len(self.inflight), grace_s=s.grace_s
-                    )
+                grace_end = self._grace_end()
                 if not self.inflight and not self.to_record:
                     return
                 if time.monotonic() >= grace_end:

@@ -87,3 +87,17 @@ def test_text_format_for_people() -> None:
     text = stream.getvalue().decode()
     assert " retried " in text and "slot=2026-11-02T01:00:00Z" in text and 'error="boom here"' in text
     assert "trace_id" not in text  # None values are left out
+
+
+def test_library_warnings_become_lines_and_their_info_does_not(out: io.BytesIO) -> None:
+    import logging
+
+    pool = logging.getLogger("psycopg.pool")
+    pool.info("connection returned")
+    pool.warning("error connecting in %r: %s", "fleet-worker w1", "connection refused")
+    (line,) = lines(out)
+    assert line["event"] == "library_log" and line["process"] == "worker"
+    assert line["logger"] == "psycopg.pool" and line["level"] == "warning"
+    assert line["message"] == "error connecting in 'fleet-worker w1': connection refused"
+    logs.configure("json", stream=out)
+    assert logging.getLogger().handlers.count(logs._BRIDGE) == 1
