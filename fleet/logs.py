@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sys
 import threading
 import time
@@ -39,6 +40,25 @@ def configure(fmt: str = "json", stream: IO[bytes] | None = None, **base: Any) -
     root = logging.getLogger()
     if _BRIDGE not in root.handlers:
         root.addHandler(_BRIDGE)
+
+
+class Throttle:
+    """Says when a repeating condition (the database out of reach) is worth a line: the first time,
+    then at most every `period_s` seconds until `reset()`."""
+
+    def __init__(self, period_s: float = 30.0) -> None:
+        self.period_s = period_s
+        self.last = -math.inf
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now < self.last + self.period_s:
+            return False
+        self.last = now
+        return True
+
+    def reset(self) -> None:
+        self.last = -math.inf
 
 
 class _Bridge(logging.Handler):

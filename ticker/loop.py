@@ -34,6 +34,7 @@ class Ticker:
         self.is_leader = not settings.leader
         self.last_touch = 0.0
         self.ticks = 0
+        self._unavailable_log = logs.Throttle()  # db_unavailable: when it starts, then every 30 s
 
     def _connect(self) -> None:
         app = f"fleet-ticker {self.settings.ticker_id}"
@@ -41,14 +42,19 @@ class Ticker:
             self.url,
             app,
             _RECONNECT_DEADLINE_S,
-            lambda e: logs.event("db_unavailable", error=str(e)),
+            self._unavailable,
             prepare=self.settings.prepared_statements,
             stop=self.stop,
         )
         self.listen = connect(self.url, app + " listen")
         self.listen.execute("LISTEN fleet_schedules")
         process_register(self.conn, self.settings.ticker_id, "ticker")
+        self._unavailable_log.reset()
         self.is_leader = not self.settings.leader
+
+    def _unavailable(self, e: Exception) -> None:
+        if self._unavailable_log.due():
+            logs.event("db_unavailable", error=str(e))
 
     def _close(self) -> None:
         for c in (self.conn, self.listen):

@@ -21,16 +21,19 @@ class Listener(threading.Thread):
         self.halt = threading.Event()
 
     def run(self) -> None:
+        errors = logs.Throttle()  # a line when listening fails, then every 30 s while it keeps failing
         while not self.halt.is_set():
             try:
                 with connect(self.url, self.app) as conn:
                     conn.execute("LISTEN fleet_runs")
+                    errors.reset()
                     while not self.halt.is_set():
                         for _ in conn.notifies(timeout=0.5):
                             self.wake.set()
             except Exception as e:  # noqa: BLE001 - a lost listener only delays wake-ups to the poll
                 if not self.halt.is_set():
-                    logs.event("listen_error", error=str(e).strip()[:300])
+                    if errors.due():
+                        logs.event("listen_error", error=str(e).strip()[:300])
                     self.halt.wait(1.0)
             except psycopg.Error:
                 pass

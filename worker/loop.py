@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
 import time
@@ -26,10 +25,8 @@ from worker.heartbeat import Heartbeat, LeaseWatch
 from worker.listen import Listener
 
 _STOP_POLL_S = 0.05
-# Waiting for the database: borrow attempts this long, so a stop request is seen within a second;
-# the wait is logged at its start and then at most this often.
+# Waiting for the database: borrow attempts this long, so a stop request is seen within a second.
 _BORROW_S = 1.0
-_UNAVAILABLE_LOG_S = 30.0
 _HANDBACK_WAIT_S = 5.0
 _GATHER_S = 0.002
 
@@ -94,7 +91,7 @@ class Worker:
         self.threads: list[threading.Thread] = []
         self.counts = {"done": 0, "failed": 0, "dead": 0, "fenced": 0}
         self._grace_end_mono: float | None = None
-        self._unavailable_logged = -math.inf
+        self._unavailable_log = logs.Throttle()  # db_unavailable: when it starts, then every 30 s
 
     # -- the handler threads -------------------------------------------------------------------
 
@@ -372,10 +369,7 @@ class Worker:
         return 0
 
     def _unavailable(self, e: Exception) -> None:
-        """Log that the database cannot be reached: when it starts, then at most every 30 s."""
-        now = time.monotonic()
-        if now >= self._unavailable_logged + _UNAVAILABLE_LOG_S:
-            self._unavailable_logged = now
+        if self._unavailable_log.due():
             logs.event("db_unavailable", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
 
     def _wait_for_database(self) -> bool:
@@ -386,7 +380,7 @@ class Worker:
             try:
                 with self.pool.connection(timeout=_BORROW_S) as conn:
                     process_register(conn, self.settings.worker_id, "worker", self.jobs)
-                self._unavailable_logged = -math.inf
+                self._unavailable_log.reset()
                 return True
             except PoolTimeout as e:
                 self._unavailable(e)
@@ -401,13 +395,14 @@ class Worker:
             try:
                 # One connection for the whole loop; the pool checks it again only after an error.
                 with self.pool.connection(timeout=_BORROW_S) as conn:
-                    self._unavailable_logged = -math.inf
+                    self._unavailable_log.reset()
                     self._rounds(conn)
                     return
             except psycopg.Error as e:
                 logs.event("db_error", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
-                if not self._stopping_without_database():
-                    self.wake.wait(_BORROW_S)
+                if self._stopping_without_database():
+                    return
+                self.wake.wait(_BORROW_S)
             except PoolTimeout as e:
                 self._unavailable(e)
             if self._stopping_without_database():
@@ -430,12 +425,8 @@ class Worker:
         if self.inflight or self.to_record:
             if time.monotonic() < self._grace_end():
                 return False
-            logs.event(
-                "stopped_without_database",
-                worker_id=self.settings.worker_id,
-                left_to_lease=len(self.inflight),
-                unrecorded=len(self.to_record),
-            )
+            held = {*self.inflight, *(a.key for a, _ in self.to_record)}
+            logs.event("stopped_without_database", worker_id=self.settings.worker_id, left_to_lease=len(held))
         return True
 
     def _rounds(self, conn: psycopg.Connection[Any]) -> None:

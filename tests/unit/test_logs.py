@@ -101,3 +101,14 @@ def test_library_warnings_become_lines_and_their_info_does_not(out: io.BytesIO) 
     assert line["message"] == "error connecting in 'fleet-worker w1': connection refused"
     logs.configure("json", stream=out)
     assert logging.getLogger().handlers.count(logs._BRIDGE) == 1
+
+
+def test_a_throttle_says_the_first_time_then_after_its_period() -> None:
+    t = logs.Throttle(period_s=0.2)
+    assert [t.due(), t.due()] == [True, False]
+    t.reset()
+    assert t.due()
+    import time
+
+    time.sleep(0.25)
+    assert t.due() and not t.due()
