@@ -19,6 +19,10 @@ DEFAULT_CONCURRENCY = 1
 DEFAULT_TICK_BATCH = 100
 DEFAULT_CATCHUP_LIMIT = 1000
 DEFAULT_CLAIM_BATCH = 100
+# Durations (lease, heartbeat, poll, grace) are finite and at most a week; a worker runs at most
+# this many handlers at once (one thread each).
+MAX_DURATION_S = 7 * 86400.0
+MAX_CONCURRENCY = 1000
 LOG_FORMATS = ("json", "text")
 
 T = TypeVar("T")
@@ -79,6 +83,15 @@ def _take(
 def _positive(value: float, flag: str) -> float:
     if not value > 0:
         raise ConfigError(f"{flag}: must be positive, got {value}")
+    return value
+
+
+def check_duration(value: float, flag: str, allow_zero: bool = False) -> float:
+    """A number of seconds: positive (or zero where allowed), finite and at most a week."""
+    if not (value >= 0 if allow_zero else value > 0):
+        raise ConfigError(f"{flag}: must be {'zero or more' if allow_zero else 'positive'}, got {value}")
+    if not value <= MAX_DURATION_S:
+        raise ConfigError(f"{flag}: must be at most {MAX_DURATION_S:.0f} seconds (a week), got {value}")
     return value
 
 
@@ -164,7 +177,7 @@ def ticker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> T
     """Parse flags (argparse exits 2 on a bad flag) and validate them with their FLEET_* fallbacks."""
     a = ticker_parser().parse_args(argv)
     s = TickerSettings(
-        poll_s=_positive(
+        poll_s=check_duration(
             _take(a.poll, environ, "FLEET_TICKER_POLL", DEFAULT_POLL_S, float, "--poll"), "--poll"
         ),
         batch_size=int(
@@ -229,8 +242,10 @@ def worker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> W
     apps: tuple[str, ...] = tuple(
         a.app or [m.strip() for m in environ.get("FLEET_APP", "").split(",") if m.strip()]
     )
-    lease = _positive(_take(a.lease, environ, "FLEET_LEASE", DEFAULT_LEASE_S, float, "--lease"), "--lease")
-    heartbeat = _positive(
+    lease = check_duration(
+        _take(a.lease, environ, "FLEET_LEASE", DEFAULT_LEASE_S, float, "--lease"), "--lease"
+    )
+    heartbeat = check_duration(
         _take(a.heartbeat, environ, "FLEET_HEARTBEAT", lease / 3, float, "--heartbeat"), "--heartbeat"
     )
     if heartbeat >= lease:
@@ -241,7 +256,9 @@ def worker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> W
         worker_id=_take(a.id, environ, "FLEET_WORKER_ID", "", str, "--id") or default_process_id("worker"),
         lease_s=lease,
         heartbeat_s=heartbeat,
-        poll_s=_positive(_take(a.poll, environ, "FLEET_POLL", DEFAULT_POLL_S, float, "--poll"), "--poll"),
+        poll_s=check_duration(
+            _take(a.poll, environ, "FLEET_POLL", DEFAULT_POLL_S, float, "--poll"), "--poll"
+        ),
         concurrency=int(
             _positive(
                 _take(a.concurrency, environ, "FLEET_CONCURRENCY", DEFAULT_CONCURRENCY, int, "--concurrency"),
@@ -254,12 +271,16 @@ def worker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> W
                 "--claim-batch",
             )
         ),
-        grace_s=_take(a.grace, environ, "FLEET_GRACE", DEFAULT_GRACE_S, float, "--grace"),
+        grace_s=check_duration(
+            _take(a.grace, environ, "FLEET_GRACE", DEFAULT_GRACE_S, float, "--grace"),
+            "--grace",
+            allow_zero=True,
+        ),
         until_idle=a.until_idle,
         **_shared(a, environ),
     )
-    if s.grace_s < 0:
-        raise ConfigError("--grace: must not be negative")
+    if s.concurrency > MAX_CONCURRENCY:
+        raise ConfigError(f"--concurrency: must be at most {MAX_CONCURRENCY}, got {s.concurrency}")
     if not s.app and not s.jobs_file:
         raise ConfigError("--app: give at least one module that registers jobs (or --jobs FILE)")
     return s

@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 
 from fleet.errors import ConfigError
-from fleet.settings import DEFAULT_GRACE_S
+from fleet.settings import DEFAULT_GRACE_S, check_duration
 
 TICKER_PROGRAM = "fleet-ticker"
 WORKER_PROGRAM = "fleet-worker"
@@ -80,8 +80,7 @@ def validate(o: SupervisorOptions) -> None:
         raise ConfigError("--max-workers: at most 100 worker slots per host")
     if o.slots and not o.apps and not o.jobs_file:
         raise ConfigError("--app: give at least one module that registers jobs (or --jobs FILE)")
-    if o.grace_s < 0:
-        raise ConfigError("--grace: must not be negative")
+    check_duration(o.grace_s, "--grace", allow_zero=True)
     if o.syslog and o.logs_dir:
         raise ConfigError("--syslog: give either --syslog or --logs DIR")
     if len(o.socket) > 100:

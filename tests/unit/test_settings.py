@@ -1,0 +1,45 @@
+"""Worker and ticker flags: a bad value (or FLEET_* fallback) is refused with a message naming the
+flag, before anything starts; durations are finite and at most a week."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.errors import ConfigError
+from fleet.settings import ticker_settings, worker_settings
+
+APP = ["--app", "fleet_test_jobs"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--lease", "inf"], "--lease: must be at most"),
+        (["--lease", "nan"], "--lease: must be positive"),
+        (["--lease", "0"], "--lease: must be positive"),
+        (["--heartbeat", "inf"], "--heartbeat: must be at most"),
+        (["--lease", "10", "--heartbeat", "10"], "--heartbeat: must be shorter than the lease"),
+        (["--poll", "inf"], "--poll: must be at most"),
+        (["--poll", "1e9"], "--poll: must be at most"),
+        (["--grace", "nan"], "--grace: must be zero or more"),
+        (["--grace", "-1"], "--grace: must be zero or more"),
+        (["--concurrency", "0"], "--concurrency: must be positive"),
+        (["--concurrency", "100000"], "--concurrency: must be at most 1000"),
+        (["--claim-batch", "-3"], "--claim-batch: must be positive"),
+    ],
+)
+def test_bad_worker_flags_are_refused_by_name(flags: list[str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        worker_settings([*APP, *flags], {})
+
+
+def test_the_environment_fallbacks_are_checked_alike() -> None:
+    with pytest.raises(ConfigError, match="--lease: must be at most"):
+        worker_settings(APP, {"FLEET_LEASE": "inf"})
+    with pytest.raises(ConfigError, match="--poll: must be positive"):
+        ticker_settings([], {"FLEET_TICKER_POLL": "nan"})
+
+
+def test_edges_that_are_allowed() -> None:
+    s = worker_settings([*APP, "--grace", "0", "--lease", "604800", "--concurrency", "1000"], {})
+    assert (s.grace_s, s.lease_s, s.concurrency, s.heartbeat_s) == (0.0, 604800.0, 1000, 604800.0 / 3)
