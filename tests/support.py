@@ -106,3 +106,31 @@ def worker_cmd(*args: str) -> list[str]:
 
 def fleetctl_cmd(*args: str) -> list[str]:
     return [str(BIN / "fleetctl"), *args]
+
+
+def one_run(conn: psycopg.Connection[Any], job: str, args: str = "{}", **policies: str) -> None:
+    """A schedule `s` far in the future plus one run of it due now (slot: this second)."""
+    extra = "".join(f"{k} = {v}\n" for k, v in policies.items())
+    apply_text(
+        conn,
+        f'[[schedule]]\nname = "s"\nevery = "1d"\njob = "{job}"\nargs = {args}\n'
+        f'start_at = "2099-01-01T00:00:00Z"\n{extra}',
+    )
+    conn.execute(
+        "INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
+        "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM schedules"
+    )
+
+
+def start_worker(
+    procs: list[Proc], db_url: str, tmp: Path, wid: str, *flags: str, prefix: list[str] | None = None
+) -> Proc:
+    """A fleet-worker of the test jobs (their events in `tmp`/events.log), added to `procs`."""
+    p = Proc(
+        worker_cmd("--app", "fleet_test_jobs", "--id", wid, *flags),
+        env_for(db_url, FLEET_TEST_DIR=str(tmp)),
+        tmp / f"{wid}.log",
+        prefix=prefix,
+    )
+    procs.append(p)
+    return p

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from tests.support import Proc, apply_text, env_for, processes, wait_for, worker_cmd
+from tests.support import one_run, processes, start_worker, wait_for
 
 
 def events(tmp: Path) -> list[list[str]]:
@@ -24,31 +24,12 @@ def events(tmp: Path) -> list[list[str]]:
 def test_handed_back_run_is_retaken_without_waiting_for_a_poll(
     db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    apply_text(
-        conn,
-        '[[schedule]]\nname = "s"\nevery = "1d"\njob = "sleep"\nargs = { seconds = 30 }\n'
-        'start_at = "2099-01-01T00:00:00Z"\n',
-    )
-    conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
-        "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM schedules"
-    )
+    one_run(conn, "sleep", "{ seconds = 30 }")
     flags = ["--lease", "20", "--heartbeat", "2", "--poll", "5", "--grace", "0.2"]
     with processes() as procs:
-        a = Proc(
-            worker_cmd("--app", "fleet_test_jobs", "--id", "a", *flags),
-            env_for(db_url, FLEET_TEST_DIR=str(tmp_path)),
-            tmp_path / "a.log",
-        )
-        procs.append(a)
+        a = start_worker(procs, db_url, tmp_path, "a", *flags)
         wait_for(lambda: any(e[0] == "start" for e in events(tmp_path)), what="a to start the run")
-        procs.append(
-            Proc(
-                worker_cmd("--app", "fleet_test_jobs", "--id", "b", *flags),
-                env_for(db_url, FLEET_TEST_DIR=str(tmp_path)),
-                tmp_path / "b.log",
-            )
-        )
+        start_worker(procs, db_url, tmp_path, "b", *flags)
         wait_for(
             lambda: conn.execute("SELECT count(*) AS n FROM fleet_processes WHERE id = 'b'").fetchone()["n"],
             what="b to be up",

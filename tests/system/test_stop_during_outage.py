@@ -16,7 +16,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from fleet.db import connect
-from tests.support import Proc, apply_text, env_for, processes, ticker_cmd, wait_for, worker_cmd
+from tests.support import Proc, env_for, one_run, processes, start_worker, ticker_cmd, wait_for, worker_cmd
 
 
 def log_events(p: Proc) -> list[dict[str, Any]]:
@@ -72,23 +72,10 @@ def test_processes_that_never_reached_the_database_stop_at_once(
 def test_a_worker_losing_the_database_with_a_run_stops_after_its_grace_and_the_run_is_taken_over(
     server_url: str, db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    apply_text(
-        conn,
-        '[[schedule]]\nname = "s"\nevery = "1d"\njob = "sleep"\nargs = { seconds = 60 }\n'
-        'start_at = "2099-01-01T00:00:00Z"\n',
-    )
-    conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
-        "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM schedules"
-    )
+    one_run(conn, "sleep", "{ seconds = 60 }")
     flags = ["--lease", "6", "--heartbeat", "1", "--poll", "0.5", "--grace", "1"]  # grace ends first
     with processes() as procs:
-        a = Proc(
-            worker_cmd("--app", "fleet_test_jobs", "--id", "a", *flags),
-            env_for(db_url, FLEET_TEST_DIR=str(tmp_path)),
-            tmp_path / "a.log",
-        )
-        procs.append(a)
+        a = start_worker(procs, db_url, tmp_path, "a", *flags)
         wait_for(lambda: (tmp_path / "events.log").exists(), what="a to start the run")
         with outage(server_url, db_url):
             wait_for(
@@ -101,12 +88,7 @@ def test_a_worker_losing_the_database_with_a_run_stops_after_its_grace_and_the_r
         left = [e for e in a_events if e["event"] == "stopped_without_database"]
         conn.close()
         conn = connect(db_url, "fleet-tests")
-        b = Proc(
-            worker_cmd("--app", "fleet_test_jobs", "--id", "b", *flags),
-            env_for(db_url, FLEET_TEST_DIR=str(tmp_path)),
-            tmp_path / "b.log",
-        )
-        procs.append(b)
+        start_worker(procs, db_url, tmp_path, "b", *flags)
         wait_for(
             lambda: conn.execute("SELECT attempts, locked_by FROM job_runs").fetchone()
             == {"attempts": 2, "locked_by": "b"},

@@ -13,8 +13,18 @@ import psycopg
 import pytest
 
 from fleet.jobs import slot_iso
-from tests.support import Proc, apply_text, env_for, processes, scalar, ticker_cmd, wait_for, worker_cmd
 from tests.otlp import ReceivedSpan, Receiver, otlp_receiver
+from tests.support import (
+    Proc,
+    apply_text,
+    env_for,
+    one_run,
+    processes,
+    scalar,
+    ticker_cmd,
+    wait_for,
+    worker_cmd,
+)
 
 FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
 
@@ -47,20 +57,6 @@ def worker(procs: list[Proc], env: dict[str, str], tmp: Path, wid: str, *extra: 
 def events(tmp: Path) -> list[list[str]]:
     f = tmp / "events.log"
     return [line.split() for line in f.read_text().splitlines()] if f.exists() else []
-
-
-def one_run(conn: psycopg.Connection[Any], job: str, args: str = "{}", **policies: str) -> None:
-    """A schedule far in the future plus one run of it due now (created without a ticker)."""
-    extra = "".join(f"{k} = {v}\n" for k, v in policies.items())
-    apply_text(
-        conn,
-        f'[[schedule]]\nname = "s"\nevery = "1d"\njob = "{job}"\nargs = {args}\n'
-        f'start_at = "2099-01-01T00:00:00Z"\n{extra}',
-    )
-    conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
-        "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM schedules"
-    )
 
 
 def run_row(conn: psycopg.Connection[Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import Proc, apply_text, env_for, processes, scalar, wait_for, worker_cmd
+from tests.support import Proc, apply_text, env_for, one_run, processes, scalar, wait_for, worker_cmd
 
 FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
 
@@ -27,15 +27,6 @@ def worker(procs: list[Proc], db_url: str, tmp: Path, wid: str, *extra: str, env
     )
     procs.append(p)
     return p
-
-
-def one_run(conn: psycopg.Connection[Any], job: str, args: str = "{}", **policies: str) -> None:
-    """A schedule far in the future plus one run of it due now."""
-    extra = "".join(f"{k} = {v}\n" for k, v in policies.items())
-    apply_text(conn, f'[[schedule]]\nname = "s"\nevery = "1d"\njob = "{job}"\nargs = {args}\n'
-               f'start_at = "2099-01-01T00:00:00Z"\n{extra}')
-    conn.execute("INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
-                 "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM schedules")
 
 
 def run_row(conn: psycopg.Connection[Any]) -> dict[str, Any]:
