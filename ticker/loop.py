@@ -34,7 +34,8 @@ class Ticker:
         self.is_leader = not settings.leader
         self.last_touch = 0.0
         self.ticks = 0
-        self._unavailable_log = logs.Throttle()  # db_unavailable: when it starts, then every 30 s
+        # db_unavailable and db_error: when the trouble starts, then every 30 s while it lasts
+        self._unavailable_log = logs.Throttle()
 
     def _connect(self) -> None:
         app = f"fleet-ticker {self.settings.ticker_id}"
@@ -89,7 +90,8 @@ class Ticker:
                         break  # asked to stop while the database was out of reach
                     # Keep trying (server restarting, schema not migrated yet): a process manager
                     # gives up on a program that exits quickly a few times.
-                    logs.event("db_error", ticker_id=self.settings.ticker_id, error=str(e).strip())
+                    if self._unavailable_log.due():
+                        logs.event("db_error", ticker_id=self.settings.ticker_id, error=str(e).strip())
                     self._close()
                     self.stop.wait(1.0)
         finally:

@@ -48,6 +48,10 @@ CLAIM_COLUMNS = (
 )
 
 
+# Why an attempt is given up when its lease ran out locally (LeaseWatch, or a handler that noticed).
+LEASE_RAN_OUT = "lease expired: not renewed in time (the worker was paused or cut off from the database)"
+
+
 def trusted_for(lease_s: float) -> float:
     """How long a worker trusts a lease after sending the statement that took or renewed it: the
     lease less a tenth (at most 2 s). The database lease runs from a moment after the send, and

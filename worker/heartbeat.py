@@ -13,7 +13,7 @@ from psycopg_pool import ConnectionPool
 from fleet import logs
 from fleet.queries import q
 from fleet.registry import process_touch
-from worker.attempt import trusted_for
+from worker.attempt import LEASE_RAN_OUT, trusted_for
 
 if TYPE_CHECKING:
     from worker.loop import Worker
@@ -120,7 +120,7 @@ class LeaseWatch(threading.Thread):
             earliest = now + step
             for a in self.worker.running_attempts():
                 if now >= a.lease_deadline_mono:
-                    self.on_fenced(a, "lease expired: not renewed in time (the database was out of reach)")
+                    self.on_fenced(a, LEASE_RAN_OUT)
                 else:
                     earliest = min(earliest, a.lease_deadline_mono)
             if self.halt.wait(earliest - now):

@@ -18,7 +18,7 @@ from fleet.jobs import Handler
 from fleet.queries import q
 from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings
-from worker.attempt import Attempt, Outcome, execute
+from worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, execute
 from worker.claim import Skipped, claim_result, send_claim
 from worker.finish import decide, finish_result, handed_back, send_finish
 from worker.heartbeat import Heartbeat, LeaseWatch
@@ -226,7 +226,7 @@ class Worker:
         for a in returned:
             verdict, error = a.verdict
             if a.state == "running" and verdict == "cancelled" and time.monotonic() > a.lease_deadline_mono:
-                self.fence(a, "lease expired: not renewed in time (the worker was paused or cut off)")
+                self.fence(a, LEASE_RAN_OUT)
             if a.state == "running":
                 if verdict == "cancelled":
                     verdict = "failed"  # the handler gave up by itself
