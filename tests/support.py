@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
 import psycopg
 
 from fleet.schedfile import load
@@ -94,6 +96,23 @@ def processes() -> Iterator[list[Proc]]:
     finally:
         for p in started:
             p.stop()
+
+
+def job_events(tmp: Path) -> list[list[str]]:
+    """Lines the test jobs (tests/apps) write to `tmp`/events.log: event, idempotency key, attempt,
+    worker id, pid, time."""
+    f = tmp / "events.log"
+    return [line.split() for line in f.read_text().splitlines()] if f.exists() else []
+
+
+def log_events(p: Proc) -> list[dict[str, Any]]:
+    """The JSON event lines `p` has written so far (a line still being written is skipped)."""
+    out = []
+    for line in p.output().splitlines():
+        if line.startswith("{"):
+            with contextlib.suppress(orjson.JSONDecodeError):
+                out.append(orjson.loads(line))
+    return out
 
 
 def ticker_cmd(*args: str) -> list[str]:

@@ -13,12 +13,7 @@ from typing import Any
 
 import psycopg
 
-from tests.support import one_run, processes, start_worker, wait_for
-
-
-def events(tmp: Path) -> list[list[str]]:
-    f = tmp / "events.log"
-    return [line.split() for line in f.read_text().splitlines()] if f.exists() else []
+from tests.support import job_events, one_run, processes, start_worker, wait_for
 
 
 def test_handed_back_run_is_retaken_without_waiting_for_a_poll(
@@ -28,7 +23,7 @@ def test_handed_back_run_is_retaken_without_waiting_for_a_poll(
     flags = ["--lease", "20", "--heartbeat", "2", "--poll", "5", "--grace", "0.2"]
     with processes() as procs:
         a = start_worker(procs, db_url, tmp_path, "a", *flags)
-        wait_for(lambda: any(e[0] == "start" for e in events(tmp_path)), what="a to start the run")
+        wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="a to start the run")
         start_worker(procs, db_url, tmp_path, "b", *flags)
         wait_for(
             lambda: conn.execute("SELECT count(*) AS n FROM fleet_processes WHERE id = 'b'").fetchone()["n"],
@@ -38,7 +33,7 @@ def test_handed_back_run_is_retaken_without_waiting_for_a_poll(
         a.signal(signal.SIGTERM)
         stopped = time.monotonic()
         wait_for(
-            lambda: any(e[0] == "start" and e[3] == "b" for e in events(tmp_path)),
+            lambda: any(e[0] == "start" and e[3] == "b" for e in job_events(tmp_path)),
             timeout=20,
             what="b to retake the handed-back run",
         )

@@ -25,12 +25,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.support import Proc, apply_text, processes, start_worker, wait_for
+from tests.support import apply_text, job_events, log_events, processes, start_worker, wait_for
 
 LEASE = ["--lease", "3", "--heartbeat", "0.5", "--poll", "0.5"]
 
@@ -124,23 +123,9 @@ def _target(db_url: str) -> Any:
     return f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
 
 
-def events(tmp: Path) -> list[list[str]]:
-    f = tmp / "events.log"
-    return [line.split() for line in f.read_text().splitlines()] if f.exists() else []
-
-
 def at(tmp: Path, event: str, worker: str) -> float:
     """When `worker`'s handler first recorded `event` (wall-clock seconds)."""
-    return next(float(e[5]) for e in events(tmp) if e[0] == event and e[3] == worker)
-
-
-def log_lines(p: Proc) -> list[dict[str, Any]]:
-    out = []
-    for line in p.output().splitlines():
-        if line.startswith("{"):
-            with contextlib.suppress(orjson.JSONDecodeError):
-                out.append(orjson.loads(line))
-    return out
+    return next(float(e[5]) for e in job_events(tmp) if e[0] == event and e[3] == worker)
 
 
 def test_a_worker_cut_off_gives_its_run_up_before_its_lease_ends_and_serves_again_after(
@@ -164,25 +149,27 @@ def test_a_worker_cut_off_gives_its_run_up_before_its_lease_ends_and_serves_agai
             try:
                 inside = ["ip", "netns", "exec", netns["ns"]]
                 a = start_worker(procs, cut_url, tmp_path, "a", *LEASE, prefix=inside)
-                wait_for(lambda: any(e[0] == "start" for e in events(tmp_path)), what="a to start attempt 1")
+                wait_for(
+                    lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="a to start attempt 1"
+                )
                 b = start_worker(procs, db_url, tmp_path, "b", *LEASE)
                 time.sleep(1.0)  # a renews its lease a few times with b beside it
                 _ip("link", "set", netns["link"], "down")
                 cut_at = time.time()
                 wait_for(
-                    lambda: any(e[0] == "start" and e[3] == "b" for e in events(tmp_path)),
+                    lambda: any(e[0] == "start" and e[3] == "b" for e in job_events(tmp_path)),
                     timeout=15,
                     what="b to take the run over after the lease ran out",
                 )
                 wait_for(
-                    lambda: any(e[0] == "cancelled" and e[3] == "a" for e in events(tmp_path)),
+                    lambda: any(e[0] == "cancelled" and e[3] == "a" for e in job_events(tmp_path)),
                     timeout=5,
                     what="a's handler to see its attempt cancelled",
                 )
                 a_cancelled, b_started = at(tmp_path, "cancelled", "a"), at(tmp_path, "start", "b")
                 # The line may wait for the end of a round that is itself waiting on the network.
                 lost = wait_for(
-                    lambda: [x for x in log_lines(a) if x.get("event") == "heartbeat_lost"],
+                    lambda: [x for x in log_events(a) if x.get("event") == "heartbeat_lost"],
                     timeout=10,
                     what="a to log that it gave its attempt up",
                 )
@@ -196,7 +183,7 @@ def test_a_worker_cut_off_gives_its_run_up_before_its_lease_ends_and_serves_agai
 
                 # b finishes the run and leaves; the link comes back; a must serve a new run within seconds.
                 wait_for(
-                    lambda: any(e[0] == "done" and e[3] == "b" for e in events(tmp_path)),
+                    lambda: any(e[0] == "done" and e[3] == "b" for e in job_events(tmp_path)),
                     timeout=15,
                     what="b to finish the run",
                 )
@@ -206,13 +193,13 @@ def test_a_worker_cut_off_gives_its_run_up_before_its_lease_ends_and_serves_agai
                 healed = time.time()
                 conn.execute(add_run, ("2026-01-02T00:00:00Z", '{"seconds": 0}'))
                 wait_for(
-                    lambda: any(e[0] == "done" and e[3] == "a" for e in events(tmp_path)),
+                    lambda: any(e[0] == "done" and e[3] == "a" for e in job_events(tmp_path)),
                     timeout=20,
                     what="a to serve a run after the link came back",
                 )
                 served_after = at(tmp_path, "done", "a") - healed
             except BaseException:
-                print("events:", *events(tmp_path), sep="\n  ")
+                print("events:", *job_events(tmp_path), sep="\n  ")
                 for p in procs:
                     print(f"--- {p.log_path.name}", *p.output().splitlines()[-40:], sep="\n")
                 raise

@@ -11,16 +11,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import orjson
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from fleet.db import connect
-from tests.support import Proc, env_for, one_run, processes, start_worker, ticker_cmd, wait_for, worker_cmd
-
-
-def log_events(p: Proc) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in p.output().splitlines() if line.startswith("{")]
+from tests.support import (
+    Proc,
+    env_for,
+    log_events,
+    one_run,
+    processes,
+    start_worker,
+    ticker_cmd,
+    wait_for,
+    worker_cmd,
+)
 
 
 @contextmanager

@@ -26,7 +26,7 @@ from fleet.db import connect
 from fleet.envfile import parse_env, render_env
 from fleet.migrate import migrate
 from ops.control import ProcInfo, Supervisor, SupervisorUnavailable, serverurl_from_config
-from tests.support import BIN, ROOT, apply_text, fleetctl_cmd, scalar, wait_for
+from tests.support import BIN, ROOT, apply_text, fleetctl_cmd, job_events, scalar, wait_for
 
 FAST = {"FLEET_LEASE": "2", "FLEET_HEARTBEAT": "0.5", "FLEET_POLL": "0.5", "FLEET_TICKER_POLL": "0.5"}
 EXAMPLES = ("demo-flaky", "demo-ping", "demo-report", "demo-resize")
@@ -114,12 +114,6 @@ def wait_running(sv: Supervisor, n: int) -> dict[str, int]:
     """Wait until exactly `n` processes are RUNNING; returns them (name -> pid)."""
     wait_for(lambda: len(running(sv)) == n, timeout=30, what=f"{n} processes RUNNING")
     return running(sv)
-
-
-def events(tmp: Path) -> list[list[str]]:
-    """Lines the test jobs write: event, idempotency key, attempt, worker id, pid, time."""
-    f = tmp / "events.log"
-    return [line.split() for line in f.read_text().splitlines()] if f.exists() else []
 
 
 def render_config(tmp: Path, run_dir: Path, *flags: str) -> Path:
@@ -249,7 +243,7 @@ def test_worker_sigkilled_under_supervisord_is_restarted_and_its_run_finished(
             "INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
             "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM schedules"
         )
-        start = wait_for(lambda: [e for e in events(tmp_path) if e[0] == "start"], what="the run to start")[0]
+        start = wait_for(lambda: [e for e in job_events(tmp_path) if e[0] == "start"], what="the run to start")[0]
         victim_pid, victim = int(start[4]), start[3].split(":")[-1]
         assert before[victim] == victim_pid
         os.kill(victim_pid, signal.SIGKILL)
@@ -273,7 +267,7 @@ def test_worker_sigkilled_under_supervisord_is_restarted_and_its_run_finished(
     hist = conn.execute("SELECT worker_id, outcome FROM job_attempts ORDER BY attempt").fetchall()
     assert [h["outcome"] for h in hist] == ["lease_expired", "done"]
     assert hist[0]["worker_id"].endswith(victim)
-    assert [e[0] for e in events(tmp_path)].count("done") == 1
+    assert [e[0] for e in job_events(tmp_path)].count("done") == 1
     print(
         f"SIGKILL under supervisord: {victim} restarted after {restarted_after:.1f}s, "
         f"its run finished {finished_after:.1f}s after the kill (lease 2s, job 2s)"
@@ -480,7 +474,7 @@ def test_scale_up_and_down_keeps_the_others_and_runs_each_slot_once(
     # No slot lost: one run per second from the first to the last, all done...
     assert len(runs) == int((last - first).total_seconds()) + 1
     # ...and each done exactly once, however many workers came and went.
-    done = [e[1] for e in events(short_dir) if e[0] == "done"]
+    done = [e[1] for e in job_events(short_dir) if e[0] == "done"]
     assert len(done) == len(set(done)) == len(runs)
     outcomes = {
         r["outcome"]: r["n"]

@@ -18,6 +18,7 @@ from tests.support import (
     Proc,
     apply_text,
     env_for,
+    job_events,
     one_run,
     processes,
     scalar,
@@ -52,11 +53,6 @@ def worker(procs: list[Proc], env: dict[str, str], tmp: Path, wid: str, *extra: 
     p = Proc(worker_cmd("--app", "fleet_test_jobs", "--id", wid, *FAST, *extra), env, tmp / f"{wid}.log")
     procs.append(p)
     return p
-
-
-def events(tmp: Path) -> list[list[str]]:
-    f = tmp / "events.log"
-    return [line.split() for line in f.read_text().splitlines()] if f.exists() else []
 
 
 def run_row(conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -139,7 +135,7 @@ def test_a_killed_attempt_is_emitted_by_the_worker_that_reclaims_it(
         procs.append(ticker)
         assert ticker.wait(timeout=30) == 0, ticker.output()
         a = worker(procs, env, tmp_path, "a")
-        wait_for(lambda: any(e[0] == "start" for e in events(tmp_path)), what="attempt 1 to start")
+        wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="attempt 1 to start")
         b = worker(procs, env, tmp_path, "b")
         a.signal(signal.SIGKILL)
         wait_for(lambda: run_row(conn)["status"] == "done", timeout=20, what="b to finish the run")
@@ -186,7 +182,7 @@ def test_a_run_lost_twice_chains_both_lost_attempts(
     env = traced_env(db_url, receiver.endpoint, tmp_path)
 
     def started(n: int, wid: str) -> bool:
-        return any(e[0] == "start" and e[2] == str(n) and e[3] == wid for e in events(tmp_path))
+        return any(e[0] == "start" and e[2] == str(n) and e[3] == wid for e in job_events(tmp_path))
 
     with processes() as procs:
         a = worker(procs, env, tmp_path, "a")
@@ -293,7 +289,7 @@ def test_a_run_handed_back_on_sigterm_is_linked_as_handed_back(
     env = traced_env(db_url, receiver.endpoint, tmp_path)
     with processes() as procs:
         a = worker(procs, env, tmp_path, "a", "--lease", "30", "--heartbeat", "5", "--grace", "0.5")
-        wait_for(lambda: any(e[0] == "start" for e in events(tmp_path)), what="attempt 1 to start")
+        wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="attempt 1 to start")
         b = worker(procs, env, tmp_path, "b", "--lease", "30", "--heartbeat", "5", "--grace", "0.5")
         a.signal(signal.SIGTERM)
         assert a.wait(timeout=15) == 0

@@ -10,14 +10,19 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import Proc, apply_text, env_for, one_run, processes, scalar, wait_for, worker_cmd
+from tests.support import (
+    Proc,
+    apply_text,
+    env_for,
+    job_events,
+    one_run,
+    processes,
+    scalar,
+    wait_for,
+    worker_cmd,
+)
 
 FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
-
-
-def events(tmp: Path) -> list[list[str]]:
-    f = tmp / "events.log"
-    return [line.split() for line in f.read_text().splitlines()] if f.exists() else []
 
 
 def worker(procs: list[Proc], db_url: str, tmp: Path, wid: str, *extra: str, env: dict[str, str] | None = None) -> Proc:
@@ -39,18 +44,18 @@ def test_sigkill_mid_run_is_finished_by_another_worker(db_url: str, conn: psycop
     one_run(conn, "sleep", "{ seconds = 1.5 }")
     with processes() as procs:
         a = worker(procs, db_url, tmp_path, "a")
-        wait_for(lambda: any(e[0] == "start" for e in events(tmp_path)), what="attempt 1 to start")
+        wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="attempt 1 to start")
         b = worker(procs, db_url, tmp_path, "b")
         a.signal(signal.SIGKILL)
         killed = time.monotonic()
         wait_for(lambda: run_row(conn)["status"] == "done", timeout=20, what="the run to be done")
         finished_after = time.monotonic() - killed
-        starts = [e for e in events(tmp_path) if e[0] == "start"]
+        starts = [e for e in job_events(tmp_path) if e[0] == "start"]
         assert [e[3] for e in starts] == ["a", "b"]
         assert b.popen.poll() is None
     r = run_row(conn)
     assert r["attempts"] == 2 and r["locked_by"] is None
-    done = [e for e in events(tmp_path) if e[0] == "done"]
+    done = [e for e in job_events(tmp_path) if e[0] == "done"]
     assert len(done) == 1 and done[0][2] == "2"
     # lease 2 s + poll 0.5 s to retake it, plus the 1.5 s the handler takes
     assert finished_after < 2 + 0.5 + 1.5 + 1.5, finished_after
@@ -64,13 +69,13 @@ def test_sigstop_zombie_changes_nothing_and_cancels_its_handler(
     owner = ("status", "attempts", "finished_at", "locked_by", "failures")
     with processes() as procs:
         a = worker(procs, db_url, tmp_path, "a")
-        wait_for(lambda: any(e[0] == "start" for e in events(tmp_path)), what="attempt 1 to start")
+        wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="attempt 1 to start")
         a.signal(signal.SIGSTOP)
         worker(procs, db_url, tmp_path, "b")
         wait_for(lambda: run_row(conn)["attempts"] == 2, timeout=20, what="b to take the run over")
         taken = run_row(conn)
         a.signal(signal.SIGCONT)  # the zombie wakes with its handler still running
-        wait_for(lambda: any(e[0] == "cancelled" and e[3] == "a" for e in events(tmp_path)), timeout=10,
+        wait_for(lambda: any(e[0] == "cancelled" and e[3] == "a" for e in job_events(tmp_path)), timeout=10,
                  what="the zombie to cancel its handler")
         time.sleep(1.0)  # several heartbeat periods of the resumed zombie
         assert {k: run_row(conn)[k] for k in owner} == {k: taken[k] for k in owner}
@@ -82,7 +87,7 @@ def test_sigstop_zombie_changes_nothing_and_cancels_its_handler(
     assert (r["status"], r["attempts"], r["locked_by"]) == ("done", 2, None)
     hist = conn.execute("SELECT worker_id, outcome FROM job_attempts ORDER BY attempt").fetchall()
     assert hist == [{"worker_id": "a", "outcome": "lease_expired"}, {"worker_id": "b", "outcome": "done"}]
-    assert [e[3] for e in events(tmp_path) if e[0] == "done"] == ["b"]
+    assert [e[3] for e in job_events(tmp_path) if e[0] == "done"] == ["b"]
 
 
 def test_retries_back_off_within_their_ceilings_then_dead(
@@ -120,7 +125,7 @@ def test_timeout_is_a_failed_attempt(db_url: str, conn: psycopg.Connection[Any],
     outcomes = [r["outcome"] for r in conn.execute("SELECT outcome FROM job_attempts ORDER BY attempt")]
     assert outcomes == ["timeout", "dead"]
     assert "timed out" in run_row(conn)["last_error"]
-    assert sum(1 for e in events(tmp_path) if e[0] == "cancelled") == 2
+    assert sum(1 for e in job_events(tmp_path) if e[0] == "cancelled") == 2
 
 
 def test_four_workers_run_each_of_200_runs_once(db_url: str, conn: psycopg.Connection[Any], tmp_path: Path) -> None:
@@ -134,7 +139,7 @@ def test_four_workers_run_each_of_200_runs_once(db_url: str, conn: psycopg.Conne
             worker(procs, db_url, tmp_path, f"w{i}", "--claim-batch", "5", "--concurrency", "2")
         wait_for(lambda: scalar(conn, "SELECT count(*) FROM job_runs WHERE status = 'done'") == 200,
                  timeout=60, what="200 runs done")
-    done = [e for e in events(tmp_path) if e[0] == "done"]
+    done = [e for e in job_events(tmp_path) if e[0] == "done"]
     assert len(done) == 200 and len({e[1] for e in done}) == 200
     assert scalar(conn, "SELECT max(attempts) FROM job_runs") == 1
     assert scalar(conn, "SELECT count(*) FROM job_attempts") == 200
@@ -163,7 +168,7 @@ def test_heartbeats_racing_the_finishes_lose_no_result(
     assert len(stopped) == 1 and '"fenced":0' in stopped[0], stopped
     assert scalar(conn, "SELECT count(*) FROM job_runs WHERE status = 'done'") == n
     assert scalar(conn, "SELECT max(attempts) FROM job_runs") == 1
-    done = [e for e in events(tmp_path) if e[0] == "done"]
+    done = [e for e in job_events(tmp_path) if e[0] == "done"]
     assert len(done) == n and len({e[1] for e in done}) == n
 
 
@@ -171,7 +176,7 @@ def test_sigterm_hands_the_run_back_at_once(db_url: str, conn: psycopg.Connectio
     one_run(conn, "sleep", "{ seconds = 60 }")
     with processes() as procs:
         a = worker(procs, db_url, tmp_path, "a", "--lease", "30", "--heartbeat", "5", "--grace", "1")
-        wait_for(lambda: any(e[0] == "start" for e in events(tmp_path)), what="attempt 1 to start")
+        wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="attempt 1 to start")
         worker(procs, db_url, tmp_path, "b", "--lease", "30", "--heartbeat", "5")
         time.sleep(0.3)
         a.signal(signal.SIGTERM)

@@ -12,14 +12,9 @@ from typing import Any
 
 import psycopg
 
-from tests.support import Proc, apply_text, env_for, processes, wait_for, worker_cmd
+from tests.support import Proc, apply_text, env_for, job_events, processes, wait_for, worker_cmd
 
 FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
-
-
-def events(tmp: Path) -> list[list[str]]:
-    f = tmp / "events.log"
-    return [line.split() for line in f.read_text().splitlines()] if f.exists() else []
 
 
 def worker(procs: list[Proc], db_url: str, tmp: Path, wid: str) -> Proc:
@@ -46,21 +41,21 @@ def test_woken_zombie_handler_sees_its_attempt_cancelled(
     )
     with processes() as procs:
         a = worker(procs, db_url, tmp_path, "a")
-        wait_for(lambda: any(e[0] == "start" for e in events(tmp_path)), what="attempt 1 to start")
+        wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="attempt 1 to start")
         a.signal(signal.SIGSTOP)  # the handler's 1 s wait runs out while the process is stopped
         worker(procs, db_url, tmp_path, "b")
         wait_for(
-            lambda: any(e[0] == "done" and e[3] == "b" for e in events(tmp_path)),
+            lambda: any(e[0] == "done" and e[3] == "b" for e in job_events(tmp_path)),
             timeout=20,
             what="b to take the run over and finish it",
         )
         a.signal(signal.SIGCONT)
         wait_for(
-            lambda: any(e[3] == "a" and e[0] in ("done", "cancelled") for e in events(tmp_path)),
+            lambda: any(e[3] == "a" and e[0] in ("done", "cancelled") for e in job_events(tmp_path)),
             timeout=10,
             what="the zombie's handler to go on",
         )
         time.sleep(0.5)
-    by_a = [e[0] for e in events(tmp_path) if e[3] == "a"]
+    by_a = [e[0] for e in job_events(tmp_path) if e[3] == "a"]
     # Its lease ran out 2 s into a stop of several seconds: the handler must not carry on as if it held it.
     assert by_a == ["start", "cancelled"], by_a
