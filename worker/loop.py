@@ -400,9 +400,8 @@ class Worker:
                     return
             except psycopg.Error as e:
                 logs.event("db_error", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
-                if self._stopping_without_database():
-                    return
-                self.wake.wait(_BORROW_S)
+                if not self.stop.is_set():
+                    self.wake.wait(_BORROW_S)
             except PoolTimeout as e:
                 self._unavailable(e)
             if self._stopping_without_database():

@@ -9,7 +9,6 @@ from fleet.db import _kwargs, url_params
 from fleet.errors import ConfigError
 from ops.cli import main as fleetctl
 from ticker.cli import main as ticker
-from worker.attempt import trusted_for
 from worker.cli import main as worker
 
 BAD = [
@@ -53,9 +52,3 @@ def test_network_defaults_apply_unless_the_url_sets_them() -> None:
     assert "tcp_user_timeout" not in own and "connect_timeout" not in own
     assert own["keepalives_idle"] == 10
     assert "keepalives" not in _kwargs("host=localhost keepalives=0", "x")
-
-
-def test_a_lease_is_trusted_for_less_than_its_length() -> None:
-    assert trusted_for(3.0) == pytest.approx(2.7)
-    assert trusted_for(60.0) == pytest.approx(58.0)
-    assert 0 < trusted_for(0.2) < 0.2

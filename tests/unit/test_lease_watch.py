@@ -1,5 +1,6 @@
-"""LeaseWatch gives an attempt up at its local lease deadline by itself: no database round trip,
-so a heartbeat stuck on the network cannot delay it."""
+"""A lease is trusted locally for less than its length, and LeaseWatch gives an attempt up at that
+local deadline by itself: no database round trip, so a heartbeat stuck on the network cannot delay
+it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from worker.attempt import LEASE_RAN_OUT
+import pytest
+
+from worker.attempt import LEASE_RAN_OUT, trusted_for
 from worker.heartbeat import LeaseWatch
 
 
@@ -61,3 +64,9 @@ def test_each_attempt_is_given_up_at_its_deadline_and_a_renewed_one_is_not() -> 
         # loose for busy machines; waiting for the step would miss it by seconds).
         assert a.lease_deadline_mono <= at < a.lease_deadline_mono + 0.5, (a.key, at - a.lease_deadline_mono)
         assert reason == LEASE_RAN_OUT
+
+
+def test_a_lease_is_trusted_for_less_than_its_length() -> None:
+    assert trusted_for(3.0) == pytest.approx(2.7)
+    assert trusted_for(60.0) == pytest.approx(58.0)
+    assert 0 < trusted_for(0.2) < 0.2
