@@ -12,6 +12,7 @@ import hashlib
 import math
 import os
 import threading
+import time
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
@@ -137,6 +138,7 @@ def _end(pool: ConnectionPool[Any], execution: int, outcome: str) -> None:
 @fleet.job(JOB)
 def work(ctx: JobContext) -> None:
     """Record the start, work, maybe fail, then apply the effect once per idempotency key."""
+    entered = time.monotonic()  # the start recorded is this moment, whatever delays the insert
     a = WorkArgs.from_args(ctx.args)
     key = ctx.idempotency_key
     pool = _connections(ctx.worker_id)
@@ -149,7 +151,8 @@ def work(ctx: JobContext) -> None:
         "pid": os.getpid(),
     }
     with pool.connection(timeout=POOL_TIMEOUT_S) as conn:
-        row = conn.execute(q("execution_start"), params).fetchone()
+        since_entry_s = time.monotonic() - entered
+        row = conn.execute(q("execution_start"), {**params, "since_entry_s": since_entry_s}).fetchone()
     assert row is not None
     execution, applied = row["id"], row["applied"]
     if ctx.wait(draw_duration(a, key, ctx.attempt)):

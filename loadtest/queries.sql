@@ -1,9 +1,12 @@
 -- Named statements of the load test: the job's writes, fault bookkeeping, the drain, the audit.
 
 -- name: execution_start
--- A handler start; `applied` says whether this slot's effect is already in the ledger.
-INSERT INTO loadtest_executions (idempotency_key, schedule_name, scheduled_for, attempt, worker_id, pid)
-VALUES (%(key)s, %(schedule)s, %(slot)s, %(attempt)s, %(worker)s, %(pid)s)
+-- A handler start, entered `since_entry_s` before this statement was sent; `applied` says whether
+-- this slot's effect is already in the ledger.
+INSERT INTO loadtest_executions
+    (idempotency_key, schedule_name, scheduled_for, attempt, worker_id, pid, started_at)
+VALUES (%(key)s, %(schedule)s, %(slot)s, %(attempt)s, %(worker)s, %(pid)s,
+        clock_timestamp() - make_interval(secs => %(since_entry_s)s))
 RETURNING id, EXISTS (SELECT 1 FROM loadtest_ledger_keys WHERE idempotency_key = %(key)s) AS applied
 
 -- name: execution_end

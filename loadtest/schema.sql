@@ -20,8 +20,10 @@ CREATE TABLE loadtest_ledger (
 CREATE INDEX loadtest_ledger_key ON loadtest_ledger (idempotency_key);
 CREATE INDEX loadtest_ledger_slot ON loadtest_ledger (schedule_name, scheduled_for);
 
--- Every handler start. outcome: applied | already (the key was there: the repeat was absorbed) |
--- transient | permanent | cancelled; NULL when the execution never said (killed or stalled).
+-- Every handler start. started_at: when the handler was entered, in the database's clock (the time
+-- of this row's insert less the handler's own time from entry to the insert, a pause included).
+-- outcome: applied | already (the key was there: the repeat was absorbed) | transient | permanent |
+-- cancelled; NULL when the execution never said (killed or stalled).
 CREATE TABLE loadtest_executions (
     id               bigserial PRIMARY KEY,
     idempotency_key  text NOT NULL,

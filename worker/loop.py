@@ -101,20 +101,38 @@ class Worker:
             a = self.todo.get()
             if a is None:
                 return
+            if not self._may_start(a):
+                self._returned(a, ("cancelled", None))
+                continue
             ctx = a.context(self.settings.worker_id)
             if tracing:
                 with telemetry.attempt_span(a, ctx):
                     verdict, error = execute(self.handlers[a.job], ctx)
             else:
                 verdict, error = execute(self.handlers[a.job], ctx)
-            with self.lock:
-                a.verdict = (verdict, error)
-                a.returned = True  # from here on a hand-back must not claim this run unfinished
-            self.done.put(a)
-            # The loop clears `wake` before it collects: an attempt put before a set flag is seen
-            # is collected in that round, so a flag already set needs no second (locking) set.
-            if not self.wake.is_set():
-                self.wake.set()
+            self._returned(a, (verdict, error))
+
+    def _may_start(self, a: Attempt) -> bool:
+        """Whether `a`'s handler may start: it is still this worker's to run, and its lease has not
+        run out locally. A worker paused between its claim and here (SIGSTOP, a stall) may find the
+        run retaken, or even finished, by another worker meanwhile: it must not start it again."""
+        if a.state != "running":
+            return False  # handed back by a stopping worker, or fenced
+        if time.monotonic() >= a.lease_deadline_mono:
+            self.fence(a, LEASE_RAN_OUT)
+            return False
+        return True
+
+    def _returned(self, a: Attempt, verdict: tuple[str, str | None]) -> None:
+        """`a`'s handler returned (or never started): hand it to the loop to collect."""
+        with self.lock:
+            a.verdict = verdict
+            a.returned = True  # from here on a hand-back must not claim this run unfinished
+        self.done.put(a)
+        # The loop clears `wake` before it collects: an attempt put before a set flag is seen
+        # is collected in that round, so a flag already set needs no second (locking) set.
+        if not self.wake.is_set():
+            self.wake.set()
 
     # -- state shared with the heartbeat ---------------------------------------------------------
 

@@ -1,6 +1,7 @@
-"""A zombie whose handler's wait ran out while it was stopped: on waking, the handler sees that its
-attempt is cancelled (the lease ran out locally long ago, and another worker took the run over) before
-it goes on to its side effect, without waiting for the heartbeat thread's next database round trip.
+"""Zombies: a worker stopped (SIGSTOP) while it holds a run, woken after another worker took the run
+over. A handler whose wait ran out meanwhile sees its attempt cancelled before it goes on to its side
+effect, without waiting for the heartbeat thread's next database round trip; a handler that had not
+started yet is not started at all.
 """
 
 from __future__ import annotations
@@ -12,7 +13,19 @@ from typing import Any
 
 import psycopg
 
-from tests.support import Proc, apply_text, env_for, job_events, processes, wait_for, worker_cmd
+from fleet.db import connect
+from tests.support import (
+    Proc,
+    apply_text,
+    env_for,
+    job_events,
+    log_events,
+    one_run,
+    processes,
+    scalar,
+    wait_for,
+    worker_cmd,
+)
 
 FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
 
@@ -59,3 +72,45 @@ def test_woken_zombie_handler_sees_its_attempt_cancelled(
     by_a = [e[0] for e in job_events(tmp_path) if e[3] == "a"]
     # Its lease ran out 2 s into a stop of several seconds: the handler must not carry on as if it held it.
     assert by_a == ["start", "cancelled"], by_a
+
+
+def test_a_worker_stopped_while_its_claim_is_in_flight_does_not_start_the_run_on_waking(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    one_run(conn, "sleep", "{ seconds = 0.2 }")
+    with processes() as procs, connect(db_url, "fleet-tests lock") as locker:
+        # Hold the claim in the database: a's claim waits for the table lock, with its whole round
+        # (through the closing Sync) already sent, so it commits while a is stopped.
+        locker.autocommit = False
+        locker.execute("LOCK TABLE job_runs IN EXCLUSIVE MODE")
+        a = worker(procs, db_url, tmp_path, "a")
+        wait_for(
+            lambda: scalar(
+                conn,
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE application_name LIKE 'fleet-worker a%%' AND wait_event_type = 'Lock'",
+            ),
+            what="a's claim to wait on the lock",
+        )
+        a.signal(signal.SIGSTOP)
+        locker.commit()
+        wait_for(
+            lambda: scalar(conn, "SELECT locked_by FROM job_runs") == "a",
+            what="a's claim to commit while a is stopped",
+        )
+        worker(procs, db_url, tmp_path, "b")
+        wait_for(
+            lambda: scalar(conn, "SELECT status FROM job_runs") == "done",
+            timeout=20,
+            what="b to take the run over and finish it",
+        )
+        a.signal(signal.SIGCONT)
+        wait_for(
+            lambda: any(e["event"] == "heartbeat_lost" for e in log_events(a)),
+            timeout=10,
+            what="a to give its attempt up",
+        )
+        time.sleep(0.5)  # a started handler writes its start at once
+        events = job_events(tmp_path)
+    assert [(e[0], e[2], e[3]) for e in events] == [("start", "2", "b"), ("done", "2", "b")], events
+    assert scalar(conn, "SELECT attempts FROM job_runs") == 2
