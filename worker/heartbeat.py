@@ -21,14 +21,18 @@ if TYPE_CHECKING:
 _TOUCH_EVERY_S = 5.0
 
 
-def run_heartbeat(conn: psycopg.Connection[Any], attempts: list[Any], lease_s: float) -> set[tuple[str, Any]]:
-    """Renew the leases of `attempts` (fenced on their attempt numbers); returns the renewed keys."""
+def run_heartbeat(
+    conn: psycopg.Connection[Any], attempts: list[Any], lease_s: float, worker_id: str
+) -> set[tuple[str, Any]]:
+    """Renew the leases `worker_id` holds for `attempts` (fenced on their attempt numbers); returns
+    the renewed keys."""
     if not attempts:
         return set()
     rows = conn.execute(
         q("run_heartbeat"),
         {
             "now": None,
+            "worker": worker_id,
             "lease_s": lease_s,
             "names": [a.schedule for a in attempts],
             "slots": [a.slot for a in attempts],
@@ -84,7 +88,7 @@ class Heartbeat(threading.Thread):
             with self.pool.connection(timeout=max(1.0, w.settings.heartbeat_s)) as conn:
                 snapshot = w.running_attempts()
                 sent = time.monotonic()
-                renewed = run_heartbeat(conn, snapshot, w.settings.lease_s)
+                renewed = run_heartbeat(conn, snapshot, w.settings.lease_s, w.settings.worker_id)
                 trusted_until = sent + trusted_for(w.settings.lease_s)
                 for a in snapshot:
                     if a.key in renewed:

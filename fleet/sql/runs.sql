@@ -134,17 +134,22 @@ FROM skipped k
 
 -- name: run_heartbeat
 -- Renew the leases of a worker's runs; a run missing from the result was taken over (fenced out).
+-- Fenced on the attempt number and on the worker holding the lease: where the claim's commit was
+-- lost (a failover to an asynchronous replica, a restore to a point in time), the next claim gives
+-- the same attempt number again, to another worker, and the one whose claim was lost must not
+-- take that worker's run for its own. run_finish tests both the same way.
 -- The status test is on its text so that no partial index of running rows can stand in for the
 -- primary key: the rows are found by key, one index probe each, however stale the statistics.
 UPDATE job_runs r
 SET locked_until = coalesce(%(now)b::timestamptz, now()) + make_interval(secs => %(lease_s)s)
 FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(attempts)b::integer[]) AS v(name, slot, attempt)
 WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.attempts = v.attempt
-  AND r.status::text = 'running'
+  AND r.status::text = 'running' AND r.locked_by = %(worker)s
 RETURNING r.schedule_name, r.scheduled_for
 
 -- name: run_finish
--- Record attempts' outcomes, fenced on the attempt number: a stale worker's write matches nothing.
+-- Record attempts' outcomes, fenced on the attempt number and the worker holding the lease (see
+-- run_heartbeat): a stale worker's write matches nothing.
 -- status: 'done' | 'dead' | 'pending' (retry after delay_s, or handed back with delay 0). Plain
 -- successes come as keys only (done_*), the other outcomes in full; `i` numbers the batch from 1.
 -- As in run_heartbeat, rows are found by primary key (the status test is on its text). The
@@ -186,7 +191,7 @@ fin AS (
         failures = r.failures + v.spent
     FROM v
     WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.attempts = v.attempt
-      AND r.status::text = 'running'
+      AND r.status::text = 'running' AND r.locked_by = %(worker)s
     RETURNING r.schedule_name, r.scheduled_for, r.attempts, r.status::text AS status, r.overlap,
               r.started_at, r.trace_id, r.span_id, v.outcome, v.error, v.i
 ),

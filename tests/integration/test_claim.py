@@ -26,9 +26,12 @@ LEASE = 10.0
 
 
 def fin(
-    conn: psycopg.Connection[Any], finished: list[tuple[Attempt, Outcome]], now: datetime | None = None
+    conn: psycopg.Connection[Any],
+    finished: list[tuple[Attempt, Outcome]],
+    now: datetime | None = None,
+    worker: str = "w1",
 ) -> set[tuple[str, datetime]]:
-    return run_finish(conn, finished, worker_id="w", now=now)
+    return run_finish(conn, finished, worker_id=worker, now=now)
 
 
 def schedule(conn: psycopg.Connection[Any], name: str = "s", job: str = "noop", **policies: str) -> None:
@@ -112,8 +115,8 @@ def test_expired_lease_is_reclaimed_and_the_stale_worker_is_fenced(conn: psycopg
     lost = conn.execute("SELECT outcome FROM job_attempts WHERE attempt = 1").fetchone()
     assert lost == {"outcome": "lease_expired"}
     # The zombie's heartbeat and its finish match nothing.
-    assert run_heartbeat(conn, [first], LEASE) == set()
-    assert fin(conn, [(first, Outcome("done", "done"))]) == set()
+    assert run_heartbeat(conn, [first], LEASE, "w1") == set()
+    assert fin(conn, [(first, Outcome("done", "done"))], worker="w1") == set()
     after = row(conn)
     assert (after["status"], after["attempts"], after["locked_by"], after["finished_at"]) == (
         "running",
@@ -122,8 +125,8 @@ def test_expired_lease_is_reclaimed_and_the_stale_worker_is_fenced(conn: psycopg
         None,
     )
     # The current owner's writes go through.
-    assert run_heartbeat(conn, [second], LEASE) == {second.key}
-    assert fin(conn, [(second, Outcome("done", "done"))]) == {second.key}
+    assert run_heartbeat(conn, [second], LEASE, "w2") == {second.key}
+    assert fin(conn, [(second, Outcome("done", "done"))], worker="w2") == {second.key}
     assert row(conn)["status"] == "done"
 
 
@@ -291,7 +294,7 @@ def test_a_finish_waiting_on_a_heartbeat_of_its_runs_records_every_run(db_url: s
             batch = [(a, DONE) for a in claimed]
         assert len(batch) == n
         beat.autocommit = False
-        assert len(run_heartbeat(beat, [a for a, _ in batch], LEASE)) == n  # holds the rows until commit
+        assert len(run_heartbeat(beat, [a for a, _ in batch], LEASE, "w")) == n  # holds the rows until commit
         done: dict[str, set[int]] = {}
 
         def finish() -> None:

@@ -58,7 +58,9 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
     assert "schedules_due" in due and "Seq Scan on schedules" not in due, due
 
     hb = plan(
-        big, "run_heartbeat", {"now": None, "lease_s": 10, "names": ["s2"], "slots": [T0], "attempts": [1]}
+        big,
+        "run_heartbeat",
+        {"now": None, "worker": "w", "lease_s": 10, "names": ["s2"], "slots": [T0], "attempts": [1]},
     )
     assert "Seq Scan on job_runs" not in hb, hb
     fin = plan(

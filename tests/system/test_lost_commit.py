@@ -1,0 +1,49 @@
+"""A claim whose commit was lost (a failover to an asynchronous replica, a restore to a point in
+time): the run is back to pending with its old attempt number, so the next claim gives the same
+number again, to another worker. The worker whose claim was lost must be fenced out all the same:
+its heartbeat and its finish match the run only while it holds the lease itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tests.support import job_events, log_events, one_run, processes, scalar, start_worker, wait_for
+
+FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
+
+
+def test_a_worker_whose_claim_was_lost_is_fenced_when_another_gets_the_same_attempt_number(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    one_run(conn, "sleep", "{ seconds = 2 }")
+    with processes() as procs:
+        # a runs one handler at a time: busy with attempt 1, it claims nothing else.
+        a = start_worker(procs, db_url, tmp_path, "a", *FAST, "--concurrency", "1")
+        wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="a to start the run")
+        # The database as a replica promoted before a's claim reached it would have it.
+        conn.execute(
+            "UPDATE job_runs SET status = 'pending', attempts = 0, started_at = NULL, locked_by = NULL, "
+            "locked_host = NULL, locked_pid = NULL, locked_until = NULL, trace_id = NULL, span_id = NULL"
+        )
+        conn.execute("UPDATE schedules SET running_slot = NULL")
+        start_worker(procs, db_url, tmp_path, "b", *FAST)
+        wait_for(
+            lambda: scalar(conn, "SELECT status FROM job_runs") == "done",
+            timeout=15,
+            what="the run to be finished",
+        )
+        wait_for(
+            lambda: any(e[0] in ("done", "cancelled") and e[3] == "a" for e in job_events(tmp_path)),
+            timeout=10,
+            what="a's handler to end",
+        )
+        a_events = [e["event"] for e in log_events(a)]
+    events = [(e[0], e[2], e[3]) for e in job_events(tmp_path)]
+    assert ("start", "1", "b") in events and ("done", "1", "b") in events, events
+    assert ("cancelled", "1", "a") in events, events  # a's heartbeat no longer matched: given up
+    assert "heartbeat_lost" in a_events, a_events
+    history = conn.execute("SELECT attempt, worker_id, outcome FROM job_attempts").fetchall()
+    assert [(h["attempt"], h["worker_id"], h["outcome"]) for h in history] == [(1, "b", "done")]
