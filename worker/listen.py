@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import threading
 
-import psycopg
-
 from fleet import logs
 from fleet.db import connect
 
@@ -35,5 +33,3 @@ class Listener(threading.Thread):
                     if errors.due():
                         logs.event("listen_error", error=str(e).strip()[:300])
                     self.halt.wait(1.0)
-            except psycopg.Error:
-                pass
