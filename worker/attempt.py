@@ -124,6 +124,11 @@ class Attempt:
         return (self.schedule, self.slot)
 
     @property
+    def ident(self) -> tuple[str, datetime, int]:
+        """The run and the attempt number: what the database's lease is fenced on."""
+        return (self.schedule, self.slot, self.attempt)
+
+    @property
     def idempotency_key(self) -> str:
         return idempotency_key(self.schedule, self.slot)
 

@@ -35,9 +35,9 @@ def decide(
     return Outcome("pending", "timeout" if verdict == "timeout" else "failed", error, delay_s=delay, spent=1)
 
 
-def handed_back() -> Outcome:
-    """A run given back on shutdown: claimable again at once, no retry budget spent."""
-    return Outcome("pending", "handed_back", "handed back: the worker was stopping")
+def handed_back(why: str = "the worker was stopping") -> Outcome:
+    """A run given back unfinished (on shutdown): claimable again at once, no retry budget spent."""
+    return Outcome("pending", "handed_back", f"handed back: {why}")
 
 
 def _plain_done(o: Outcome) -> bool:

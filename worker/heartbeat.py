@@ -23,9 +23,9 @@ _TOUCH_EVERY_S = 5.0
 
 def run_heartbeat(
     conn: psycopg.Connection[Any], attempts: list[Any], lease_s: float, worker_id: str
-) -> set[tuple[str, Any]]:
+) -> set[tuple[str, Any, int]]:
     """Renew the leases `worker_id` holds for `attempts` (fenced on their attempt numbers); returns
-    the renewed keys."""
+    the idents (run and attempt number) of those renewed."""
     if not attempts:
         return set()
     rows = conn.execute(
@@ -39,7 +39,7 @@ def run_heartbeat(
             "attempts": [a.attempt for a in attempts],
         },
     ).fetchall()
-    return {(r["schedule_name"], r["scheduled_for"]) for r in rows}
+    return {(r["schedule_name"], r["scheduled_for"], r["attempts"]) for r in rows}
 
 
 class Heartbeat(threading.Thread):
@@ -91,7 +91,7 @@ class Heartbeat(threading.Thread):
                 renewed = run_heartbeat(conn, snapshot, w.settings.lease_s, w.settings.worker_id)
                 trusted_until = sent + trusted_for(w.settings.lease_s)
                 for a in snapshot:
-                    if a.key in renewed:
+                    if a.ident in renewed:
                         a.lease_deadline_mono = trusted_until
                     else:
                         self.on_fenced(a, "lease taken over by another worker")

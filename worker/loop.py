@@ -82,7 +82,7 @@ class Worker:
         self.stop = stop or threading.Event()
         self.wake = threading.Event()
         self.lock = threading.Lock()
-        self.inflight: dict[tuple[str, Any], Attempt] = {}
+        self.inflight: dict[tuple[str, Any, int], Attempt] = {}  # by Attempt.ident
         self.to_record: list[tuple[Attempt, Outcome]] = []
         self.todo: queue.SimpleQueue[Attempt | None] = queue.SimpleQueue()
         self.done: queue.SimpleQueue[Attempt] = queue.SimpleQueue()
@@ -208,13 +208,35 @@ class Worker:
                 self.to_record.append((a, Outcome("dead", "dead", error)))
                 a.state = "recorded"
                 continue
-            self._log("claimed", a)
             run.append(a)
         with self.lock:
-            self.inflight.update((a.key, a) for a in run)
-        for a in run:
-            self.todo.put(a)
+            held = [self.inflight.get(a.ident) for a in run]
+            self.inflight.update((a.ident, a) for a, h in zip(run, held, strict=True) if h is None)
+        for a, h in zip(run, held, strict=True):
+            if h is None:
+                self._log("claimed", a)
+                self.todo.put(a)
+            else:
+                self._claimed_again(a, h)
         return result
+
+    def _claimed_again(self, a: Attempt, held: Attempt) -> None:
+        """This worker claimed `a` while it still holds `held`, the same attempt of the same run:
+        the database lost the commit of `held`'s claim (a failover to an asynchronous replica, a
+        restore), so the run was due again and the attempt number given again. Its handler is not
+        started a second time: `held` covers the new claim, whose lease it now renews. Were `held`
+        given up already (fenced), the run is handed back to be claimed under a new number."""
+        with self.lock:
+            covered = held.state != "fenced"
+            if held.state == "running":
+                held.lease_deadline_mono = max(held.lease_deadline_mono, a.lease_deadline_mono)
+        if covered:
+            self._log("claimed_again", held, error="the run's claim was lost: the running attempt goes on")
+        else:
+            why = "claimed again after its claim was lost, while this worker had given it up"
+            a.state = "recorded"
+            self.to_record.append((a, handed_back(why)))
+            self._log("claimed_again", a, error=f"handed back: {why}")
 
     def _before_lost(self, conn: psycopg.Connection[Any], a: Attempt) -> tuple[str, str] | None:
         """When tracing, the ids of the attempt before the lost one of reclaimed `a` (from the run's
@@ -240,7 +262,7 @@ class Worker:
             return
         with self.lock:
             for a in returned:
-                self.inflight.pop(a.key, None)
+                self.inflight.pop(a.ident, None)
         for a in returned:
             verdict, error = a.verdict
             if a.state == "running" and verdict == "cancelled" and time.monotonic() > a.lease_deadline_mono:
@@ -442,7 +464,7 @@ class Worker:
         if self.inflight or self.to_record:
             if time.monotonic() < self._grace_end():
                 return False
-            held = {*self.inflight, *(a.key for a, _ in self.to_record)}
+            held = {*(a.key for a in self.inflight.values()), *(a.key for a, _ in self.to_record)}
             logs.event("stopped_without_database", worker_id=self.settings.worker_id, left_to_lease=len(held))
         return True
 

@@ -145,7 +145,7 @@ SET locked_until = coalesce(%(now)b::timestamptz, now()) + make_interval(secs =>
 FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(attempts)b::integer[]) AS v(name, slot, attempt)
 WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.attempts = v.attempt
   AND r.status::text = 'running' AND r.locked_by = %(worker)s
-RETURNING r.schedule_name, r.scheduled_for
+RETURNING r.schedule_name, r.scheduled_for, r.attempts
 
 -- name: run_finish
 -- Record attempts' outcomes, fenced on the attempt number and the worker holding the lease (see

@@ -125,7 +125,7 @@ def test_expired_lease_is_reclaimed_and_the_stale_worker_is_fenced(conn: psycopg
         None,
     )
     # The current owner's writes go through.
-    assert run_heartbeat(conn, [second], LEASE, "w2") == {second.key}
+    assert run_heartbeat(conn, [second], LEASE, "w2") == {second.ident}
     assert fin(conn, [(second, Outcome("done", "done"))], worker="w2") == {second.key}
     assert row(conn)["status"] == "done"
 

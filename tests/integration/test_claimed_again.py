@@ -1,0 +1,73 @@
+"""A worker that claims again an attempt it still holds (the database lost the commit of its claim:
+a failover to an asynchronous replica, a restore): one Worker's rounds against the database, without
+its handler threads, so what it holds stays put between rounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from fleet.jobs import JobContext
+from fleet.settings import WorkerSettings
+from tests.support import one_run, scalar
+from worker.loop import Worker
+
+
+def noop(ctx: JobContext) -> None:
+    pass
+
+
+def worker(db_url: str) -> Worker:
+    settings = WorkerSettings(
+        database_url=db_url,
+        app=(),
+        jobs_file=None,
+        worker_id="w",
+        lease_s=30.0,
+        heartbeat_s=10.0,
+        poll_s=1.0,
+        concurrency=4,
+        claim_batch=4,
+        grace_s=1.0,
+        until_idle=False,
+        log_format="json",
+    )
+    return Worker(settings, {"noop": noop})
+
+
+def lose_the_claim(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        "UPDATE job_runs SET status = 'pending', attempts = attempts - 1, locked_by = NULL, "
+        "locked_until = NULL"
+    )
+    conn.execute("UPDATE schedules SET running_slot = NULL")
+
+
+def test_an_attempt_claimed_again_is_covered_by_the_one_held_or_handed_back(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    one_run(conn, "noop")
+    w = worker(db_url)
+    w.run_once(conn)
+    (held,) = w.inflight.values()
+    assert held.attempt == 1 and w.todo.qsize() == 1
+
+    # Still running here: the new claim is the same attempt, its handler is not queued again.
+    lose_the_claim(conn)
+    assert w.run_once(conn).claimed == 1
+    assert list(w.inflight.values()) == [held] and w.todo.qsize() == 1 and not w.to_record
+    row = conn.execute("SELECT status, attempts, locked_by FROM job_runs").fetchone()
+    assert row == {"status": "running", "attempts": 1, "locked_by": "w"}
+
+    # Given up here (fenced), its handler not yet returned: the new claim is handed back, and the
+    # next round claims the run under a new attempt number.
+    w.fence(held, "lease lost")
+    lose_the_claim(conn)
+    assert w.run_once(conn).claimed == 1
+    assert [(a.attempt, o.outcome) for a, o in w.to_record] == [(1, "handed_back")]
+    w.run_once(conn)
+    assert sorted((a.attempt, a.state) for a in w.inflight.values()) == [(1, "fenced"), (2, "running")]
+    assert scalar(conn, "SELECT attempts FROM job_runs") == 2
+    history = conn.execute("SELECT attempt, outcome FROM job_attempts ORDER BY attempt").fetchall()
+    assert [(h["attempt"], h["outcome"]) for h in history] == [(1, "handed_back")]
