@@ -92,6 +92,8 @@ class Worker:
         self.counts = {"done": 0, "failed": 0, "dead": 0, "fenced": 0}
         self._grace_end_mono: float | None = None
         self._unavailable_log = logs.Throttle()  # db_unavailable: when it starts, then every 30 s
+        self._error_log = logs.Throttle()  # db_error: the same, until a round succeeds
+        self._erred = False
 
     # -- the handler threads -------------------------------------------------------------------
 
@@ -439,7 +441,9 @@ class Worker:
                     self._rounds(conn)
                     return
             except psycopg.Error as e:
-                logs.event("db_error", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
+                self._erred = True
+                if self._error_log.due():
+                    logs.event("db_error", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
                 if not self.stop.is_set():
                     self.wake.wait(_BORROW_S)
             except PoolTimeout as e:
@@ -481,6 +485,9 @@ class Worker:
                     time.sleep(_GATHER_S)
             with logs.batched():
                 r = self.run_once(conn)
+            if self._erred:  # a round went through: the next error is news again
+                self._erred = False
+                self._error_log.reset()
             if self.stop.is_set():
                 grace_end = self._grace_end()
                 if not self.inflight and not self.to_record:
