@@ -36,6 +36,19 @@ def sleep(ctx: JobContext) -> None:
     _record("done", ctx)
 
 
+@fleet.job("stubborn")
+def stubborn(ctx: JobContext) -> None:
+    """Attempt 1 sleeps args.seconds and does not look at cancellation; later attempts sleep
+    args.later seconds cooperatively."""
+    _record("start", ctx)
+    if ctx.attempt == 1:
+        time.sleep(float(ctx.args.get("seconds", 1)))
+    elif ctx.wait(float(ctx.args.get("later", 1))):
+        _record("cancelled", ctx)
+        ctx.check()
+    _record("done", ctx)
+
+
 @fleet.job("fail")
 def fail(ctx: JobContext) -> None:
     _record("start", ctx)

@@ -30,9 +30,9 @@ from tests.support import (
 FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
 
 
-def worker(procs: list[Proc], db_url: str, tmp: Path, wid: str) -> Proc:
+def worker(procs: list[Proc], db_url: str, tmp: Path, wid: str, *flags: str) -> Proc:
     p = Proc(
-        worker_cmd("--app", "fleet_test_jobs", "--id", wid, *FAST),
+        worker_cmd("--app", "fleet_test_jobs", "--id", wid, *FAST, *flags),
         env_for(db_url, FLEET_TEST_DIR=str(tmp)),
         tmp / f"{wid}.log",
     )
@@ -114,3 +114,28 @@ def test_a_worker_stopped_while_its_claim_is_in_flight_does_not_start_the_run_on
         events = job_events(tmp_path)
     assert [(e[0], e[2], e[3]) for e in events] == [("start", "2", "b"), ("done", "2", "b")], events
     assert scalar(conn, "SELECT attempts FROM job_runs") == 2
+
+
+def test_a_handler_still_running_after_its_run_was_retaken_does_not_hide_the_new_attempt(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """Attempt 1's handler ignores cancellation: it is still running when its own worker, woken from
+    a stop past the lease, takes the run over as attempt 2. When attempt 1's handler returns, the
+    worker must go on renewing attempt 2's lease (both are held at once, one per handler thread)."""
+    one_run(conn, "stubborn", "{ seconds = 4, later = 5 }")
+    with processes() as procs:
+        a = worker(procs, db_url, tmp_path, "a", "--concurrency", "2")
+        wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="attempt 1 to start")
+        a.signal(signal.SIGSTOP)
+        time.sleep(2.6)  # past the 2 s lease
+        a.signal(signal.SIGCONT)
+        wait_for(
+            lambda: scalar(conn, "SELECT status FROM job_runs") == "done",
+            timeout=20,
+            what="the run to be finished",
+        )
+        time.sleep(0.3)
+    starts = [e[2] for e in job_events(tmp_path) if e[0] == "start"]
+    assert starts == ["1", "2"], job_events(tmp_path)
+    history = conn.execute("SELECT attempt, outcome FROM job_attempts ORDER BY attempt").fetchall()
+    assert [(h["attempt"], h["outcome"]) for h in history] == [(1, "lease_expired"), (2, "done")]
