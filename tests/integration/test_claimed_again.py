@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from fleet.jobs import JobContext
-from fleet.settings import WorkerSettings
+from fleet.settings import worker_settings
 from tests.support import one_run, scalar
 from worker.loop import Worker
 
@@ -19,21 +19,9 @@ def noop(ctx: JobContext) -> None:
 
 
 def worker(db_url: str) -> Worker:
-    settings = WorkerSettings(
-        database_url=db_url,
-        app=(),
-        jobs_file=None,
-        worker_id="w",
-        lease_s=30.0,
-        heartbeat_s=10.0,
-        poll_s=1.0,
-        concurrency=4,
-        claim_batch=4,
-        grace_s=1.0,
-        until_idle=False,
-        log_format="json",
-    )
-    return Worker(settings, {"noop": noop})
+    flags = ["--app", "fleet_test_jobs", "--id", "w", "--lease", "30", "--concurrency", "4"]
+    flags += ["--database-url", db_url]
+    return Worker(worker_settings(flags, {}), {"noop": noop})
 
 
 def lose_the_claim(conn: psycopg.Connection[Any]) -> None:
