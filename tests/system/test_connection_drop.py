@@ -56,9 +56,9 @@ def test_a_worker_whose_connections_are_dropped_keeps_its_run(
             what="a new run to be served after the drops",
         )
         events = log_events(w)
-    # The first drop ends the pool's two connections and the listener's; each later one those
-    # reopened since.
-    assert dropped[0] == 3 and all(dropped), dropped
+    # The first drop ends the pool's two connections and the listener's; the later ones end those
+    # reopened since (the pool reopens its own at once, the listener after a second).
+    assert dropped[0] == 3 and sum(dropped[1:]) >= 2, dropped
     assert row is not None and (row["attempts"], row["failures"]) == (1, 0), row
     assert [e[0] for e in job_events(tmp_path)] == ["start", "done", "start", "done"]
     names = [e["event"] for e in events]
