@@ -47,7 +47,9 @@ class Heartbeat(threading.Thread):
 
     An attempt whose row no longer matches (another worker took the lease over) is fenced: its
     handler is cancelled and nothing about it is written any more. An attempt whose lease runs out
-    locally first is fenced by LeaseWatch.
+    locally first is fenced by LeaseWatch, or here if the heartbeat comes first (after a pause): a
+    lease is renewed only while it is trusted, so whether a paused worker goes on with its runs does
+    not depend on which of its threads wakes first.
     """
 
     def __init__(
@@ -86,8 +88,13 @@ class Heartbeat(threading.Thread):
         w = self.worker
         try:
             with self.pool.connection(timeout=max(1.0, w.settings.heartbeat_s)) as conn:
-                snapshot = w.running_attempts()
                 sent = time.monotonic()
+                snapshot = []
+                for a in w.running_attempts():
+                    if sent < a.lease_deadline_mono:
+                        snapshot.append(a)
+                    else:  # no longer trusted (the worker was paused): given up, not renewed
+                        self.on_fenced(a, LEASE_RAN_OUT)
                 renewed = run_heartbeat(conn, snapshot, w.settings.lease_s, w.settings.worker_id)
                 trusted_until = sent + trusted_for(w.settings.lease_s)
                 for a in snapshot:

@@ -1,16 +1,20 @@
-"""A worker that claims again an attempt it still holds (the database lost the commit of its claim:
-a failover to an asynchronous replica, a restore): one Worker's rounds against the database, without
-its handler threads, so what it holds stays put between rounds."""
+"""One Worker's rounds and heartbeats against the database, without its handler threads (what it
+holds stays put between rounds): an attempt claimed again while the worker still holds it (the
+database lost the commit of its claim: a failover to an asynchronous replica, a restore), and a
+heartbeat after a pause past the lease's trust."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
 
+from fleet.db import make_pool
 from fleet.jobs import JobContext
 from fleet.settings import worker_settings
 from tests.support import one_run, scalar
+from worker.heartbeat import Heartbeat
 from worker.loop import Worker
 
 
@@ -59,3 +63,19 @@ def test_an_attempt_claimed_again_is_covered_by_the_one_held_or_handed_back(
     assert scalar(conn, "SELECT attempts FROM job_runs") == 2
     history = conn.execute("SELECT attempt, outcome FROM job_attempts ORDER BY attempt").fetchall()
     assert [(h["attempt"], h["outcome"]) for h in history] == [(1, "handed_back")]
+
+
+def test_a_heartbeat_after_a_pause_gives_up_what_it_no_longer_trusts(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    one_run(conn, "noop")
+    w = worker(db_url)
+    w.run_once(conn)
+    (held,) = w.inflight.values()
+    until = scalar(conn, "SELECT locked_until FROM job_runs")
+    # The worker was paused past the trust it gives a lease; nobody took the run over meanwhile.
+    held.lease_deadline_mono = time.monotonic() - 0.1
+    with make_pool(w.url, "fleet-tests heartbeat", min_size=1, max_size=1) as pool:
+        Heartbeat(w, pool, w.fence).beat()
+    assert held.state == "fenced" and held.cancel.is_set()
+    assert scalar(conn, "SELECT locked_until FROM job_runs") == until  # not renewed
