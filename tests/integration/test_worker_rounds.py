@@ -14,6 +14,7 @@ from fleet.db import make_pool
 from fleet.jobs import JobContext
 from fleet.settings import worker_settings
 from tests.support import one_run, scalar
+from worker.attempt import Attempt
 from worker.heartbeat import Heartbeat
 from worker.loop import Worker
 
@@ -28,6 +29,15 @@ def worker(db_url: str) -> Worker:
     return Worker(worker_settings(flags, {}), {"noop": noop})
 
 
+def holding_one_run(db_url: str, conn: psycopg.Connection[Any]) -> tuple[Worker, Attempt]:
+    """A worker that has claimed the one run there is, and the attempt it holds."""
+    one_run(conn, "noop")
+    w = worker(db_url)
+    w.run_once(conn)
+    (held,) = w.inflight.values()
+    return w, held
+
+
 def lose_the_claim(conn: psycopg.Connection[Any]) -> None:
     conn.execute(
         "UPDATE job_runs SET status = 'pending', attempts = attempts - 1, locked_by = NULL, "
@@ -39,10 +49,7 @@ def lose_the_claim(conn: psycopg.Connection[Any]) -> None:
 def test_an_attempt_claimed_again_is_covered_by_the_one_held_or_handed_back(
     db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
-    one_run(conn, "noop")
-    w = worker(db_url)
-    w.run_once(conn)
-    (held,) = w.inflight.values()
+    w, held = holding_one_run(db_url, conn)
     assert held.attempt == 1 and w.todo.qsize() == 1
 
     # Still running here: the new claim is the same attempt, its handler is not queued again.
@@ -68,10 +75,7 @@ def test_an_attempt_claimed_again_is_covered_by_the_one_held_or_handed_back(
 def test_a_heartbeat_after_a_pause_gives_up_what_it_no_longer_trusts(
     db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
-    one_run(conn, "noop")
-    w = worker(db_url)
-    w.run_once(conn)
-    (held,) = w.inflight.values()
+    w, held = holding_one_run(db_url, conn)
     until = scalar(conn, "SELECT locked_until FROM job_runs")
     # The worker was paused past the trust it gives a lease; nobody took the run over meanwhile.
     held.lease_deadline_mono = time.monotonic() - 0.1
