@@ -371,6 +371,11 @@ def audit(conn: psycopg.Connection[Any]) -> AuditResult:
         "dead": len(dead),
         "dead_injected_permanent": len(dead & perm),
         "dead_retry_budget": len(budget),
+        "dead_retry_budget_examples": [
+            f"{_show(k)}: "
+            + ", ".join(f"{a['outcome']} on {a['worker_id']}" for _, a in sorted(attempts[k].items()))
+            for k in sorted(budget)[:EXAMPLES]
+        ],
         "dead_expected_exact": len(perm_due),
         "dead_expected_by_rate": round(expected, 1),
         "dead_expected_spread": round(spread, 1),

@@ -105,6 +105,7 @@ def lines(r: AuditResult) -> list[str]:
         )
         out += [f"{'':{width}}    - {e}" for e in (c.examples if not c.ok else [])]
     out += [f"note: lease lost with no fault behind: {e}" for e in f["lease_losses_without_a_fault_examples"]]
+    out += [f"note: dead with its retry budget spent: {e}" for e in f["dead_retry_budget_examples"]]
     out += [f"note: {n}" for n in f["notes"]]
     failed = [c.name for c in r.checks if not c.ok]
     out += [

@@ -124,7 +124,10 @@ def test_short_profile_passes_under_kills_zombies_and_a_database_restart(finishe
         assert f["faults"]["pg_restart"] == 1
     assert f["runs_lost"] == 0 and f["duplicate_side_effects"] == 0
     assert f["slots_due"] > 500 and f["done"] + f["dead"] == f["slots_due"]
-    assert f["dead"] == f["dead_expected_exact"]
+    # Dead: the slots that drew a permanent failure, and any whose retry budget faults used up (each
+    # kill, stall or outage that cuts an attempt off spends a try): rare in one window.
+    assert f["dead"] == f["dead_expected_exact"] + f["dead_retry_budget"]
+    assert f["dead_retry_budget"] <= 2, f["dead_retry_budget_examples"]
     # The kills landed mid-run: the runs they held were reclaimed, within lease + poll.
     assert f["reclaim_after_kill_s"]["n"] >= 20
     assert f["reclaim_after_kill_outside_outages_s"]["max"] <= f["reclaim_bound_s"]
