@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -219,10 +220,10 @@ class Worker:
                 self._log("claimed", a)
                 self.todo.put(a)
             else:
-                self._claimed_again(a, h)
+                self._claimed_again(conn, a, h)
         return result
 
-    def _claimed_again(self, a: Attempt, held: Attempt) -> None:
+    def _claimed_again(self, conn: psycopg.Connection[Any], a: Attempt, held: Attempt) -> None:
         """This worker claimed `a` while it still holds `held`, the same attempt of the same run:
         the database lost the commit of `held`'s claim (a failover to an asynchronous replica, a
         restore), so the run was due again and the attempt number given again. Its handler is not
@@ -233,6 +234,21 @@ class Worker:
             if held.state == "running":
                 held.lease_deadline_mono = max(held.lease_deadline_mono, a.lease_deadline_mono)
         if covered:
+            # The row keeps the running attempt's start and trace ids (its history names the span
+            # that is exported); bookkeeping only: a database error leaves the new claim's.
+            with contextlib.suppress(psycopg.Error):
+                conn.execute(
+                    q("run_claimed_again"),
+                    {
+                        "started_at": held.started_at,
+                        "trace_id": held.trace_id,
+                        "span_id": held.span_id,
+                        "name": held.schedule,
+                        "slot": held.slot,
+                        "attempt": held.attempt,
+                        "worker": self.settings.worker_id,
+                    },
+                )
             self._log("claimed_again", held, error="the run's claim was lost: the running attempt goes on")
         else:
             why = "claimed again after its claim was lost, while this worker had given it up"

@@ -147,6 +147,15 @@ WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.attempts = v.a
   AND r.status::text = 'running' AND r.locked_by = %(worker)s
 RETURNING r.schedule_name, r.scheduled_for, r.attempts
 
+-- name: run_claimed_again
+-- A worker claimed again an attempt it still runs (its first claim's commit was lost): the row keeps
+-- the running attempt's start and trace ids, so its history and `fleetctl trace` name the span that
+-- is exported. Fenced like a heartbeat.
+UPDATE job_runs
+SET started_at = %(started_at)s, trace_id = %(trace_id)s, span_id = %(span_id)s
+WHERE schedule_name = %(name)s AND scheduled_for = %(slot)s AND attempts = %(attempt)s
+  AND status::text = 'running' AND locked_by = %(worker)s
+
 -- name: run_finish
 -- Record attempts' outcomes, fenced on the attempt number and the worker holding the lease (see
 -- run_heartbeat): a stale worker's write matches nothing.

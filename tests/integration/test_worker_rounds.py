@@ -56,8 +56,18 @@ def test_an_attempt_claimed_again_is_covered_by_the_one_held_or_handed_back(
     lose_the_claim(conn)
     assert w.run_once(conn).claimed == 1
     assert list(w.inflight.values()) == [held] and w.todo.qsize() == 1 and not w.to_record
-    row = conn.execute("SELECT status, attempts, locked_by FROM job_runs").fetchone()
-    assert row == {"status": "running", "attempts": 1, "locked_by": "w"}
+    row = conn.execute(
+        "SELECT status, attempts, locked_by, started_at, trace_id, span_id FROM job_runs"
+    ).fetchone()
+    assert row == {
+        "status": "running",
+        "attempts": 1,
+        "locked_by": "w",
+        # the running attempt's, not the repeated claim's: its history names the span exported
+        "started_at": held.started_at,
+        "trace_id": held.trace_id,
+        "span_id": held.span_id,
+    }
 
     # Given up here (fenced), its handler not yet returned: the new claim is handed back, and the
     # next round claims the run under a new attempt number.
