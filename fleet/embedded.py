@@ -36,22 +36,18 @@ def stop_embedded(base_dir: Path | None = None) -> bool:
     import pgserver
 
     bindir = Path(pgserver.__file__).parent / "pginstall" / "bin"
-    owner = pgdata.owner()
-    cmd = [str(bindir / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"]
-    if owner != _current_user():
-        cmd = ["su", owner, "-s", "/bin/sh", "-c", " ".join(_quote(c) for c in cmd)]
+    cmd = as_user(pgdata.owner(), [str(bindir / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"])
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     return done.returncode == 0
 
 
-def _current_user() -> str:
+def as_user(user: str, cmd: list[str]) -> list[str]:
+    """`cmd` run as `user` (through `su`) unless that is who runs this process: PostgreSQL's tools
+    run as the owner of their data directory, never as root."""
     import os
     import pwd
-
-    return pwd.getpwuid(os.geteuid()).pw_name
-
-
-def _quote(s: str) -> str:
     import shlex
 
-    return shlex.quote(s)
+    if user == pwd.getpwuid(os.geteuid()).pw_name:
+        return cmd
+    return ["su", user, "-s", "/bin/sh", "-c", " ".join(shlex.quote(c) for c in cmd)]

@@ -3,9 +3,6 @@ a fresh database with fleet's schema and the load test's tables, and restarting 
 
 from __future__ import annotations
 
-import os
-import pwd
-import shlex
 import subprocess
 import time
 from collections.abc import Callable
@@ -19,7 +16,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from fleet.db import connect, redact
-from fleet.embedded import EMBEDDED_DIR, embedded_url, stop_embedded
+from fleet.embedded import EMBEDDED_DIR, as_user, embedded_url, stop_embedded
 from fleet.errors import DatabaseUnavailable
 from fleet.migrate import migrate
 from loadtest.queries import SCHEMA, q
@@ -97,11 +94,7 @@ def _pg_ctl_as_owner(pgdata: Path, args: list[str]) -> list[str]:
     import pgserver
 
     pg_ctl = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_ctl"
-    cmd = [str(pg_ctl), "-D", str(pgdata), *args]
-    owner = pgdata.owner()
-    if owner != pwd.getpwuid(os.geteuid()).pw_name:
-        cmd = ["su", owner, "-s", "/bin/sh", "-c", " ".join(shlex.quote(c) for c in cmd)]
-    return cmd
+    return as_user(pgdata.owner(), [str(pg_ctl), "-D", str(pgdata), *args])
 
 
 def shown(url: str) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-import shlex
 import shutil
 import socket
 import subprocess
@@ -27,8 +26,10 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from fleet.db import connect
+from fleet.embedded import as_user
 from fleet.migrate import migrate
 from tests.support import (
+    FAST,
     Proc,
     apply_text,
     env_for,
@@ -40,8 +41,6 @@ from tests.support import (
     ticker_cmd,
     wait_for,
 )
-
-FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
 
 
 def _bindir() -> Path:
@@ -69,7 +68,7 @@ class Cluster:
     def run(self, tool: str, *args: str) -> None:
         cmd = [str(self.bindir / tool), *args]
         if self.user:
-            cmd = ["su", self.user, "-s", "/bin/sh", "-c", " ".join(shlex.quote(c) for c in cmd)]
+            cmd = as_user(self.user, cmd)
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, f"{tool} {args}: {done.stdout}{done.stderr}"
 
