@@ -125,7 +125,7 @@ class Attempt:
 
     @property
     def ident(self) -> tuple[str, datetime, int]:
-        """The run and the attempt number: what the database's lease is fenced on."""
+        """The run and the attempt number: one attempt (a worker may hold two of one run at once)."""
         return (self.schedule, self.slot, self.attempt)
 
     @property

@@ -13,7 +13,7 @@ import psycopg
 from fleet.db import make_pool
 from fleet.jobs import JobContext
 from fleet.settings import worker_settings
-from tests.support import one_run, scalar
+from tests.support import lose_the_claim, one_run, scalar
 from worker.attempt import Attempt
 from worker.heartbeat import Heartbeat
 from worker.loop import Worker
@@ -36,14 +36,6 @@ def holding_one_run(db_url: str, conn: psycopg.Connection[Any]) -> tuple[Worker,
     w.run_once(conn)
     (held,) = w.inflight.values()
     return w, held
-
-
-def lose_the_claim(conn: psycopg.Connection[Any]) -> None:
-    conn.execute(
-        "UPDATE job_runs SET status = 'pending', attempts = attempts - 1, locked_by = NULL, "
-        "locked_until = NULL"
-    )
-    conn.execute("UPDATE schedules SET running_slot = NULL")
 
 
 def test_an_attempt_claimed_again_is_covered_by_the_one_held_or_handed_back(

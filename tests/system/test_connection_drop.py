@@ -10,9 +10,7 @@ from typing import Any
 
 import psycopg
 
-from tests.support import job_events, log_events, one_run, processes, scalar, start_worker, wait_for
-
-FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
+from tests.support import FAST, job_events, log_events, one_run, processes, scalar, start_worker, wait_for
 
 
 def drop_connections(conn: psycopg.Connection[Any], app: str) -> int:

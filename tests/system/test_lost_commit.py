@@ -13,19 +13,17 @@ from typing import Any
 
 import psycopg
 
-from tests.support import job_events, log_events, one_run, processes, scalar, start_worker, wait_for
-
-FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
-
-
-def lose_the_claim(conn: psycopg.Connection[Any]) -> None:
-    """The run as a replica promoted before the claim's commit reached it would have it."""
-    conn.execute(
-        "UPDATE job_runs SET status = 'pending', attempts = 0, started_at = NULL, locked_by = NULL, "
-        "locked_host = NULL, locked_pid = NULL, locked_until = NULL, trace_id = NULL, span_id = NULL"
-    )
-    conn.execute("UPDATE schedules SET running_slot = NULL")
-    conn.execute("NOTIFY fleet_runs")  # idle workers look for runs at once
+from tests.support import (
+    FAST,
+    job_events,
+    log_events,
+    lose_the_claim,
+    one_run,
+    processes,
+    scalar,
+    start_worker,
+    wait_for,
+)
 
 
 def test_a_worker_whose_claim_was_lost_is_fenced_when_another_gets_the_same_attempt_number(

@@ -15,6 +15,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ops.inspect import ScheduleHealth, schedule_health
 from tests.support import (
+    FAST,
     Proc,
     apply_text,
     env_for,
@@ -26,7 +27,6 @@ from tests.support import (
     worker_cmd,
 )
 
-FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
 ATTEMPT_FIELDS = {
     "schedule",
     "slot",

@@ -15,6 +15,7 @@ import pytest
 from fleet.jobs import slot_iso
 from tests.otlp import ReceivedSpan, Receiver, otlp_receiver
 from tests.support import (
+    FAST,
     Proc,
     apply_text,
     env_for,
@@ -26,8 +27,6 @@ from tests.support import (
     wait_for,
     worker_cmd,
 )
-
-FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
 
 
 @pytest.fixture

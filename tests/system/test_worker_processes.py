@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from tests.support import (
+    FAST,
     Proc,
     apply_text,
     env_for,
@@ -21,8 +22,6 @@ from tests.support import (
     wait_for,
     worker_cmd,
 )
-
-FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
 
 
 def worker(procs: list[Proc], db_url: str, tmp: Path, wid: str, *extra: str, env: dict[str, str] | None = None) -> Proc:

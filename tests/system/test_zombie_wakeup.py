@@ -15,48 +15,26 @@ import psycopg
 
 from fleet.db import connect
 from tests.support import (
-    Proc,
-    apply_text,
-    env_for,
+    FAST,
     job_events,
     log_events,
     one_run,
     processes,
     scalar,
+    start_worker,
     wait_for,
-    worker_cmd,
 )
-
-FAST = ["--lease", "2", "--heartbeat", "0.5", "--poll", "0.5"]
-
-
-def worker(procs: list[Proc], db_url: str, tmp: Path, wid: str, *flags: str) -> Proc:
-    p = Proc(
-        worker_cmd("--app", "fleet_test_jobs", "--id", wid, *FAST, *flags),
-        env_for(db_url, FLEET_TEST_DIR=str(tmp)),
-        tmp / f"{wid}.log",
-    )
-    procs.append(p)
-    return p
 
 
 def test_woken_zombie_handler_sees_its_attempt_cancelled(
     db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    apply_text(
-        conn,
-        '[[schedule]]\nname = "s"\nevery = "1d"\njob = "sleep"\nargs = { seconds = 1 }\n'
-        'start_at = "2099-01-01T00:00:00Z"\n',
-    )
-    conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
-        "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM schedules"
-    )
+    one_run(conn, "sleep", "{ seconds = 1 }")
     with processes() as procs:
-        a = worker(procs, db_url, tmp_path, "a")
+        a = start_worker(procs, db_url, tmp_path, "a", *FAST)
         wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="attempt 1 to start")
         a.signal(signal.SIGSTOP)  # the handler's 1 s wait runs out while the process is stopped
-        worker(procs, db_url, tmp_path, "b")
+        start_worker(procs, db_url, tmp_path, "b", *FAST)
         wait_for(
             lambda: any(e[0] == "done" and e[3] == "b" for e in job_events(tmp_path)),
             timeout=20,
@@ -83,7 +61,7 @@ def test_a_worker_stopped_while_its_claim_is_in_flight_does_not_start_the_run_on
         # (through the closing Sync) already sent, so it commits while a is stopped.
         locker.autocommit = False
         locker.execute("LOCK TABLE job_runs IN EXCLUSIVE MODE")
-        a = worker(procs, db_url, tmp_path, "a")
+        a = start_worker(procs, db_url, tmp_path, "a", *FAST)
         wait_for(
             lambda: scalar(
                 conn,
@@ -98,7 +76,7 @@ def test_a_worker_stopped_while_its_claim_is_in_flight_does_not_start_the_run_on
             lambda: scalar(conn, "SELECT locked_by FROM job_runs") == "a",
             what="a's claim to commit while a is stopped",
         )
-        worker(procs, db_url, tmp_path, "b")
+        start_worker(procs, db_url, tmp_path, "b", *FAST)
         wait_for(
             lambda: scalar(conn, "SELECT status FROM job_runs") == "done",
             timeout=20,
@@ -124,7 +102,7 @@ def test_a_handler_still_running_after_its_run_was_retaken_does_not_hide_the_new
     worker must go on renewing attempt 2's lease (both are held at once, one per handler thread)."""
     one_run(conn, "stubborn", "{ seconds = 4, later = 5 }")
     with processes() as procs:
-        a = worker(procs, db_url, tmp_path, "a", "--concurrency", "2")
+        a = start_worker(procs, db_url, tmp_path, "a", *FAST, "--concurrency", "2")
         wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="attempt 1 to start")
         a.signal(signal.SIGSTOP)
         time.sleep(2.6)  # past the 2 s lease
