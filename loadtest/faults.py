@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-import os
 import random
-import signal
 import threading
 import time
+import xmlrpc.client
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -38,6 +37,7 @@ _PICK_ANY_S = 10.0  # how long to look for any running worker before giving the 
 _STOP_JOIN_S = 90.0  # a database restart in progress finishes first
 _DB_WAIT_S = 60.0
 _RESTART_WAIT_S = 60.0  # a stopping worker has its grace period and the hand-back
+_RESTART_PICKS = 3
 
 
 @dataclass(order=True, frozen=True)
@@ -253,7 +253,7 @@ class Injector(threading.Thread):
         wid = self.fleet.process_id(name)
         self._note_peak(name, pid)
         at, held = self._held(wid)
-        os.kill(pid, signal.SIGKILL)
+        self.fleet.kill_process(pid)
         _, after = self._held(wid)  # a dead worker's rows cannot change: what it held at death
         held += [h for h in after if h not in held]
         self._save(Record("worker_kill", at, name, pid, held=held))
@@ -283,18 +283,29 @@ class Injector(threading.Thread):
 
     def _do_worker_restart(self, _: Any) -> None:
         """A graceful restart, as a deploy does it: supervisord sends SIGTERM, the worker finishes or hands
-        back its runs within its grace period and exits; then it is started again."""
-        picked = self._pick_worker(keep_one=True)
-        if picked is None:
-            self.problems.append("worker_restart: no second running worker to restart")
+        back its runs within its grace period and exits; then it is started again.
+
+        A worker can leave RUNNING between the pick and the stop (it exited on its own); another is
+        picked then, a bounded number of times."""
+        for _try in range(_RESTART_PICKS):
+            picked = self._pick_worker(keep_one=True)
+            if picked is None:
+                self.problems.append("worker_restart: no second running worker to restart")
+                return
+            name, pid = picked
+            self._note_peak(name, pid)
+            at, held = self._held(self.fleet.process_id(name))
+            assert self.fleet.sv is not None
+            try:
+                self.fleet.sv.stop(f"{WORKER_GROUP}:{name}")
+            except xmlrpc.client.Fault as e:
+                if "NOT_RUNNING" not in e.faultString:
+                    raise
+                continue
+            self._restarting[name] = (time.monotonic(), Record("worker_restart", at, name, pid, held=held))
+            self._push(time.monotonic() - self.t0 + 0.2, "worker_restart_end", name)
             return
-        name, pid = picked
-        self._note_peak(name, pid)
-        at, held = self._held(self.fleet.process_id(name))
-        assert self.fleet.sv is not None
-        self.fleet.sv.stop(f"{WORKER_GROUP}:{name}")
-        self._restarting[name] = (time.monotonic(), Record("worker_restart", at, name, pid, held=held))
-        self._push(time.monotonic() - self.t0 + 0.2, "worker_restart_end", name)
+        self.problems.append(f"worker_restart: {_RESTART_PICKS} picked workers had stopped before their stop")
 
     def _do_worker_restart_end(self, name: str, requeue: bool = True) -> None:
         since, r = self._restarting[name]
@@ -317,7 +328,7 @@ class Injector(threading.Thread):
             return
         name = self.rng.choice(sorted(running))
         at = self._clock()
-        os.kill(running[name], signal.SIGKILL)
+        self.fleet.kill_process(running[name])
         self._save(Record("ticker_kill", at, name, running[name]))
 
     def _do_pg_restart(self, _: Any) -> None:

@@ -56,6 +56,8 @@ class FleetRun:
     seen: dict[int, str] = field(default_factory=dict)  # every pid supervisord ran: name
     peaks: dict[tuple[str, int], Peak] = field(default_factory=dict)
     stopped_pids: set[int] = field(default_factory=set)  # SIGSTOPped by a fault, not yet continued
+    # SIGKILLed by a fault: supervisord reports such a process RUNNING until it has reaped it
+    killed_pids: set[int] = field(default_factory=set)
 
     @property
     def logs(self) -> Path:
@@ -204,7 +206,7 @@ class FleetRun:
         return procs
 
     def running(self, kind: str) -> dict[str, int]:
-        """RUNNING processes of a kind (worker | ticker): name -> pid (none stopped by a fault)."""
+        """RUNNING processes of a kind (worker | ticker): name -> pid (none stopped or killed by a fault)."""
         try:
             procs = self.processes()
         except SupervisorUnavailable:
@@ -212,13 +214,20 @@ class FleetRun:
         return {
             p.name: p.pid
             for p in procs
-            if p.state == "RUNNING" and p.name.startswith(kind + "_") and p.pid not in self.stopped_pids
+            if p.state == "RUNNING"
+            and p.name.startswith(kind + "_")
+            and p.pid not in self.stopped_pids
+            and p.pid not in self.killed_pids
         }
 
     @staticmethod
     def process_id(name: str) -> str:
         """The --id fleet's rendering gives a process (`%(host_node_name)s:worker_NN`)."""
         return f"{platform.node()}:{name}"
+
+    def kill_process(self, pid: int) -> None:
+        self.killed_pids.add(pid)
+        os.kill(pid, signal.SIGKILL)
 
     def stop_process(self, pid: int) -> None:
         os.kill(pid, signal.SIGSTOP)

@@ -1,19 +1,24 @@
-"""The load test's pure parts: the fault plan, the job's draws, the schedules it applies, percentiles."""
+"""The load test's pure parts: the fault plan and its targets, the job's draws, the schedules it applies,
+percentiles."""
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from fleet.schedfile import load
 from fleet.schedule import slots_between
 from loadtest.faults import plan_faults
+from loadtest.fleetrun import FleetRun
 from loadtest.jobs import WorkArgs, draw_duration, is_permanent, is_transient, parse_distribution
 from loadtest.load import schedules_toml
 from loadtest.measures import percentile
 from loadtest.profile import LONG, SHORT
+from ops.control import ProcInfo
 
 
 def test_fault_plan_is_reproducible_and_delivers_every_fault_inside_the_window() -> None:
@@ -80,3 +85,35 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0
     assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
     assert percentile([5.0], 99) == 5.0
+
+
+class _Unreaped:
+    """supervisord's view before it has reaped a killed child: every process still RUNNING."""
+
+    def __init__(self, procs: list[ProcInfo]) -> None:
+        self.procs = procs
+
+    def processes(self) -> list[ProcInfo]:
+        return self.procs
+
+
+def test_a_worker_killed_by_a_fault_is_no_target_before_supervisord_notices(tmp_path: Path) -> None:
+    # A kill followed 0.14 s later by a graceful restart picked the killed worker, which supervisord
+    # still listed as RUNNING; its stop then failed with NOT_RUNNING and the fault was not delivered.
+    children = [subprocess.Popen(["sleep", "30"]) for _ in range(2)]
+    try:
+        procs = [ProcInfo("fleet-workers", f"worker_0{i}", "RUNNING", c.pid, "") for i, c in enumerate(children)]
+        fleet = FleetRun(tmp_path, "", SHORT)
+        fleet.sv = _Unreaped(procs)  # type: ignore[assignment]
+        assert fleet.running("worker") == {"worker_00": children[0].pid, "worker_01": children[1].pid}
+        fleet.kill_process(children[0].pid)
+        assert children[0].wait(5) == -9
+        assert fleet.running("worker") == {"worker_01": children[1].pid}
+        fleet.stop_process(children[1].pid)
+        assert fleet.running("worker") == {}
+        fleet.cont(children[1].pid)
+        assert fleet.running("worker") == {"worker_01": children[1].pid}
+    finally:
+        for c in children:
+            c.kill()
+            c.wait()
