@@ -41,6 +41,50 @@ _NETWORK_DEFAULTS: dict[str, Any] = {
 # older than PgBouncer 1.22 prepared statements break: FLEET_PREPARED_STATEMENTS=0 turns them off.
 PREPARE_AFTER = 1
 
+# Set once a statement failed the way prepared statements fail behind such a proxy (one session's
+# statements reaching another server connection): from then on this process prepares nothing.
+_prepare_refused = threading.Event()
+_refusing = threading.Lock()
+_PREPARE_STATES = ("42P05", "26000")  # duplicate_prepared_statement, invalid_sql_statement_name
+
+
+def prepared_statements_broke(e: BaseException, **who: str) -> bool:
+    """If `e` is a prepared statement that another server connection did not know or already had
+    (a transaction-pooling proxy), turn preparing off for this process's connections, old and new,
+    and say so, once (with `who`: the process's id field). True for every such error: the caller
+    may retry at once, on a connection borrowed or opened again, which prepares nothing."""
+    if not isinstance(e, psycopg.Error):
+        return False
+    state = e.sqlstate or ""
+    if state not in _PREPARE_STATES and not (state == "08P01" and "prepared statement" in str(e)):
+        return False
+    with _refusing:
+        first = not _prepare_refused.is_set()
+        _prepare_refused.set()
+    if first:
+        from fleet import logs
+
+        logs.event(
+            "prepared_statements_off",
+            **who,
+            error=str(e).strip()[:300],
+            hint="a transaction-pooling proxy (PgBouncer before 1.22) is in the way: set "
+            "FLEET_PREPARED_STATEMENTS=0 so that nothing is prepared before this is noticed",
+        )
+    return True
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """A pooled connection, new or borrowed again, prepares nothing once preparing was refused."""
+    if _prepare_refused.is_set():
+        conn.prepare_threshold = None
+
+
+def _check(conn: psycopg.Connection[Any]) -> None:
+    """The pool's check on borrow: the connection still answers (and see _configure)."""
+    _configure(conn)
+    ConnectionPool.check_connection(conn)
+
 
 def resolve_url(url: str | None, base_dir: Path | None = None) -> str:
     """The given URL, or the embedded server's (started if needed) when none is given."""
@@ -71,7 +115,7 @@ def _kwargs(url: str, application_name: str, prepare: bool = False) -> dict[str,
         **{k: v for k, v in _NETWORK_DEFAULTS.items() if k not in given},
         "autocommit": True,
         "application_name": application_name[:63],
-        "prepare_threshold": PREPARE_AFTER if prepare else None,
+        "prepare_threshold": PREPARE_AFTER if prepare and not _prepare_refused.is_set() else None,
     }
 
 
@@ -119,7 +163,8 @@ def make_pool(
         min_size=min_size,
         max_size=max_size,
         kwargs={**_kwargs(url, application_name, prepare), "row_factory": dict_row},
-        check=ConnectionPool.check_connection,
+        configure=_configure,
+        check=_check,
         open=False,
         name=application_name,
         reconnect_timeout=3600,

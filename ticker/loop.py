@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from fleet import logs, telemetry
-from fleet.db import connect, connect_retrying, redact, resolve_url
+from fleet.db import connect, connect_retrying, prepared_statements_broke, redact, resolve_url
 from fleet.errors import DatabaseUnavailable
 from fleet.queries import q
 from fleet.registry import process_register, process_remove, process_touch
@@ -90,9 +90,11 @@ class Ticker:
                         break  # asked to stop while the database was out of reach
                     # Keep trying (server restarting, schema not migrated yet): a process manager
                     # gives up on a program that exits quickly a few times.
+                    self._close()
+                    if prepared_statements_broke(e, ticker_id=self.settings.ticker_id):
+                        continue  # connected again, the connection prepares nothing
                     if self._unavailable_log.due():
                         logs.event("db_error", ticker_id=self.settings.ticker_id, error=str(e).strip())
-                    self._close()
                     self.stop.wait(1.0)
         finally:
             if self.conn is not None and not self.conn.closed:

@@ -11,6 +11,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from fleet import logs
+from fleet.db import prepared_statements_broke
 from fleet.queries import q
 from fleet.registry import process_touch
 from worker.attempt import LEASE_RAN_OUT, trusted_for
@@ -106,7 +107,8 @@ class Heartbeat(threading.Thread):
                     process_touch(conn, w.settings.worker_id, len(w.inflight))
                     self.last_touch = sent
         except (psycopg.Error, Exception) as e:  # noqa: BLE001 - keep beating whatever went wrong
-            logs.event("heartbeat_error", worker_id=w.settings.worker_id, error=str(e).strip()[:500])
+            if not prepared_statements_broke(e, worker_id=w.settings.worker_id):  # else: beats on, unprepared
+                logs.event("heartbeat_error", worker_id=w.settings.worker_id, error=str(e).strip()[:500])
 
 
 class LeaseWatch(threading.Thread):

@@ -14,7 +14,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from fleet import logs, telemetry
-from fleet.db import make_pool, redact, resolve_url
+from fleet.db import make_pool, prepared_statements_broke, redact, resolve_url
 from fleet.jobs import Handler
 from fleet.queries import q
 from fleet.registry import process_register, process_remove
@@ -458,6 +458,8 @@ class Worker:
                     return
             except psycopg.Error as e:
                 self._erred = True
+                if prepared_statements_broke(e, worker_id=self.settings.worker_id):
+                    continue  # borrowed again, the connection prepares nothing
                 if self._error_log.due():
                     logs.event("db_error", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
                 if not self.stop.is_set():
