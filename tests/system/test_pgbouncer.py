@@ -1,7 +1,8 @@
 """fleet behind PgBouncer in transaction mode, as the README promises: no LISTEN wake-ups and no
-session state reach the workers, so polling carries on, prepared statements are off
-(`--no-prepared-statements`, PgBouncer before 1.22), and every slot still runs once with its lease
-kept by heartbeats that may each land on another server connection."""
+session state reach the workers, so polling carries on, and every slot still runs once with its
+lease kept by heartbeats that may each land on another server connection. Prepared statements are
+off (`--no-prepared-statements`, PgBouncer before 1.22), or, left on, turned off by each process
+at their first failure."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ from tests.support import (
 )
 
 PGBOUNCER = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
-pytestmark = pytest.mark.skipif(PGBOUNCER is None, reason="pgbouncer (Debian package pgbouncer) not installed")
+pytestmark = pytest.mark.skipif(
+    PGBOUNCER is None, reason="pgbouncer (Debian package pgbouncer) not installed"
+)
 
 
 def free_port() -> int:
@@ -68,7 +71,9 @@ def bouncer_url(db_url: str) -> Iterator[str]:
         "pool_mode = transaction\ndefault_pool_size = 2\nmax_client_conn = 50\n" + run_as
     )
     with processes() as procs:
-        pgb = Proc([str(PGBOUNCER), str(workdir / "pgbouncer.ini")], dict(os.environ), workdir / "pgbouncer.log")
+        pgb = Proc(
+            [str(PGBOUNCER), str(workdir / "pgbouncer.ini")], dict(os.environ), workdir / "pgbouncer.log"
+        )
         procs.append(pgb)
         url = make_conninfo(db_url, host="127.0.0.1", port=str(port))
         wait_for(lambda: _answers(url), timeout=10, what=f"pgbouncer on port {port}: {pgb.output()}")
@@ -102,8 +107,10 @@ def run_behind(
         procs.append(ticker)
         workers = [start_worker(procs, url, tmp, f"w{i}", *FAST, *flags) for i in range(2)]
         wait_for(
-            lambda: scalar(conn, "SELECT count(*) FROM job_runs WHERE schedule_name = 'slow' AND status = 'done'")
-            >= 2,
+            lambda: (
+                scalar(conn, "SELECT count(*) FROM job_runs WHERE schedule_name = 'slow' AND status = 'done'")
+                >= 2
+            ),
             timeout=30,
             what="two slow runs done",
         )

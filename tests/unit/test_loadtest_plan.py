@@ -102,7 +102,9 @@ def test_a_worker_killed_by_a_fault_is_no_target_before_supervisord_notices(tmp_
     # still listed as RUNNING; its stop then failed with NOT_RUNNING and the fault was not delivered.
     children = [subprocess.Popen(["sleep", "30"]) for _ in range(2)]
     try:
-        procs = [ProcInfo("fleet-workers", f"worker_0{i}", "RUNNING", c.pid, "") for i, c in enumerate(children)]
+        procs = [
+            ProcInfo("fleet-workers", f"worker_0{i}", "RUNNING", c.pid, "") for i, c in enumerate(children)
+        ]
         fleet = FleetRun(tmp_path, "", SHORT)
         fleet.sv = _Unreaped(procs)  # type: ignore[assignment]
         assert fleet.running("worker") == {"worker_00": children[0].pid, "worker_01": children[1].pid}
