@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,6 +41,13 @@ def wait_for(fn: Callable[[], T], timeout: float = 20.0, interval: float = 0.05,
         time.sleep(interval)
         last = fn()
     return last
+
+
+def free_port() -> int:
+    """A loopback port free at the moment of asking."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def scalar(conn: psycopg.Connection[Any], sql: str, params: Any = None) -> Any:

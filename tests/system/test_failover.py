@@ -14,7 +14,6 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,6 +32,7 @@ from tests.support import (
     Proc,
     apply_text,
     env_for,
+    free_port,
     job_events,
     log_events,
     processes,
@@ -51,12 +51,6 @@ def _bindir() -> Path:
         except ImportError:
             pytest.skip("the embedded PostgreSQL (pgserver) is not installed")
     return Path(pgserver.__file__).parent / "pginstall" / "bin"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Cluster:
@@ -104,8 +98,8 @@ def pair() -> Iterator[tuple[Cluster, Cluster]]:
     base.chmod(0o755)
     if user:
         shutil.chown(base, user)
-    primary = Cluster(bindir, user, base / "primary", _free_port())
-    replica = Cluster(bindir, user, base / "replica", _free_port())
+    primary = Cluster(bindir, user, base / "primary", free_port())
+    replica = Cluster(bindir, user, base / "replica", free_port())
     try:
         primary.run("initdb", "-D", str(primary.pgdata), "-U", "postgres", "-A", "trust", "--no-sync")
         primary.start()

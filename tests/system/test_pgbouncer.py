@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from tests.support import (
     Proc,
     apply_text,
     env_for,
+    free_port,
     job_events,
     log_events,
     processes,
@@ -39,12 +39,6 @@ PGBOUNCER = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sb
 pytestmark = pytest.mark.skipif(
     PGBOUNCER is None, reason="pgbouncer (Debian package pgbouncer) not installed"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
