@@ -70,7 +70,10 @@ def bouncer_url(db_url: str) -> Iterator[str]:
         )
         procs.append(pgb)
         url = make_conninfo(db_url, host="127.0.0.1", port=str(port))
-        wait_for(lambda: _answers(url), timeout=10, what=f"pgbouncer on port {port}: {pgb.output()}")
+        try:
+            wait_for(lambda: _answers(url), timeout=10, what=f"pgbouncer on port {port}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{pgb.output()}") from None
         yield url
     shutil.rmtree(workdir, ignore_errors=True)
 
