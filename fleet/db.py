@@ -38,7 +38,8 @@ _NETWORK_DEFAULTS: dict[str, Any] = {
 
 # The claim and finish statements take about as long to plan as to run, so the hot paths prepare
 # them (psycopg does so from a statement's second execution). Behind a transaction-pooling proxy
-# older than PgBouncer 1.22 prepared statements break: FLEET_PREPARED_STATEMENTS=0 turns them off.
+# that does not track them (PgBouncer before 1.22, or without max_prepared_statements) prepared
+# statements break: FLEET_PREPARED_STATEMENTS=0 turns them off.
 PREPARE_AFTER = 1
 
 # Set once a statement failed the way prepared statements fail behind such a proxy (one session's
@@ -68,7 +69,7 @@ def prepared_statements_broke(e: BaseException, **who: str) -> bool:
             "prepared_statements_off",
             **who,
             error=str(e).strip()[:300],
-            hint="a transaction-pooling proxy (PgBouncer before 1.22) is in the way: set "
+            hint="a transaction-pooling proxy that does not track prepared statements is in the way: set "
             "FLEET_PREPARED_STATEMENTS=0 so that nothing is prepared before this is noticed",
         )
     return True

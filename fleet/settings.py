@@ -121,7 +121,7 @@ def add_database_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=_env_help(
             "FLEET_PREPARED_STATEMENTS",
-            "do not prepare statements (PgBouncer before 1.22 in transaction mode)",
+            "do not prepare statements (PgBouncer in transaction mode without max_prepared_statements)",
         ),
     )
 

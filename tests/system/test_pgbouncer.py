@@ -1,7 +1,7 @@
 """fleet behind PgBouncer in transaction mode, as the README promises: no LISTEN wake-ups and no
 session state reach the workers, so polling carries on, and every slot still runs once with its
 lease kept by heartbeats that may each land on another server connection. Prepared statements are
-off (`--no-prepared-statements`, PgBouncer before 1.22), or, left on, turned off by each process
+off (`--no-prepared-statements`, as PgBouncer 1.18 needs), or, left on, turned off by each process
 at their first failure."""
 
 from __future__ import annotations
