@@ -75,15 +75,26 @@ def prepared_statements_broke(e: BaseException, **who: str) -> bool:
     return True
 
 
+def _drop_notify(_: psycopg.Notify) -> None:
+    """The notification handler of every connection that does not LISTEN. Such a connection gets
+    notifications only behind a transaction-pooling proxy (the server connection it is handed had
+    another client's LISTEN); without a handler psycopg would keep each one, without bound."""
+
+
 def _configure(conn: psycopg.Connection[Any]) -> None:
-    """A pooled connection, new or borrowed again, prepares nothing once preparing was refused."""
+    """A new pooled connection: it drops notifications, and prepares nothing once refused."""
+    conn.add_notify_handler(_drop_notify)
+    _unprepare(conn)
+
+
+def _unprepare(conn: psycopg.Connection[Any]) -> None:
     if _prepare_refused.is_set():
         conn.prepare_threshold = None
 
 
 def _check(conn: psycopg.Connection[Any]) -> None:
-    """The pool's check on borrow: the connection still answers (and see _configure)."""
-    _configure(conn)
+    """The pool's check on borrow: the connection still answers, and prepares nothing once refused."""
+    _unprepare(conn)
     ConnectionPool.check_connection(conn)
 
 
@@ -120,13 +131,19 @@ def _kwargs(url: str, application_name: str, prepare: bool = False) -> dict[str,
     }
 
 
-def connect(url: str, application_name: str, prepare: bool = False) -> psycopg.Connection[dict[str, Any]]:
-    """A new autocommit connection returning rows as dicts."""
+def connect(
+    url: str, application_name: str, prepare: bool = False, listen: bool = False
+) -> psycopg.Connection[dict[str, Any]]:
+    """A new autocommit connection returning rows as dicts. Unless it is to `listen` (and read
+    its notifications with `notifies()`), notifications that reach it are dropped."""
     kwargs = _kwargs(url, application_name, prepare)
     try:
-        return psycopg.connect(url, row_factory=dict_row, **kwargs)
+        conn = psycopg.connect(url, row_factory=dict_row, **kwargs)
     except psycopg.OperationalError as e:
         raise DatabaseUnavailable(f"cannot connect to {redact(url)}: {str(e).strip()}") from e
+    if not listen:
+        conn.add_notify_handler(_drop_notify)
+    return conn
 
 
 def connect_retrying(

@@ -47,7 +47,7 @@ class Ticker:
             prepare=self.settings.prepared_statements,
             stop=self.stop,
         )
-        self.listen = connect(self.url, app + " listen")
+        self.listen = connect(self.url, app + " listen", listen=True)
         self.listen.execute("LISTEN fleet_schedules")
         process_register(self.conn, self.settings.ticker_id, "ticker")
         self._unavailable_log.reset()

@@ -22,7 +22,7 @@ class Listener(threading.Thread):
         errors = logs.Throttle()  # a line when listening fails, then every 30 s while it keeps failing
         while not self.halt.is_set():
             try:
-                with connect(self.url, self.app) as conn:
+                with connect(self.url, self.app, listen=True) as conn:
                     conn.execute("LISTEN fleet_runs")
                     errors.reset()
                     while not self.halt.is_set():

@@ -10,6 +10,9 @@ import os
 import pwd
 import shutil
 import tempfile
+import threading
+import time
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
@@ -20,6 +23,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from fleet.db import connect, make_pool
 from tests.support import (
     FAST,
     Proc,
@@ -42,9 +46,11 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def bouncer_url(db_url: str) -> Iterator[str]:
+def bouncer_url(request: pytest.FixtureRequest, db_url: str) -> Iterator[str]:
     """`db_url` through a PgBouncer in transaction mode on a loopback port, with 2 server
-    connections for all its clients (so consecutive transactions of one client change backends)."""
+    connections (or as many as the test's parameter says) for all its clients, so consecutive
+    transactions of one client change backends."""
+    pool_size = getattr(request, "param", 2)
     given = conninfo_to_dict(db_url)
     host = str(given.get("host") or "/var/run/postgresql")
     user = str(given.get("user") or pwd.getpwuid(os.getuid()).pw_name)
@@ -62,7 +68,7 @@ def bouncer_url(db_url: str) -> Iterator[str]:
         "[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
         f"auth_type = trust\nauth_file = {workdir / 'users.txt'}\n"
-        "pool_mode = transaction\ndefault_pool_size = 2\nmax_client_conn = 50\n" + run_as
+        f"pool_mode = transaction\ndefault_pool_size = {pool_size}\nmax_client_conn = 50\n" + run_as
     )
     with processes() as procs:
         pgb = Proc(
@@ -154,3 +160,41 @@ def test_behind_transaction_pooling_prepared_statements_are_turned_off_when_they
         after = [x for x in events if (x.get("worker_id") or x.get("ticker_id")) == who and x["ts"] > e["ts"]]
         errors = [x for x in after if x["event"] in ("db_error", "heartbeat_error")]
         assert not errors, errors
+
+
+@pytest.mark.parametrize("bouncer_url", [1], indirect=True)
+def test_notifications_reaching_a_connection_that_does_not_listen_are_dropped(
+    bouncer_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    # One server connection for every client: the LISTEN of a worker's listener stays on it, and
+    # the proxy hands the notifications meant for the listener to whichever client has the server
+    # connection when they arrive. psycopg keeps those a connection does not read, without bound.
+    listener = connect(bouncer_url, "listener", listen=True)
+    listener.execute("LISTEN fleet_runs")
+    plain = psycopg.connect(bouncer_url, autocommit=True, prepare_threshold=None)
+    reached_plain: list[psycopg.Notify] = []
+    plain.add_notify_handler(reached_plain.append)
+    fleet_conn = connect(bouncer_url, "fleet connection")
+    pool = make_pool(bouncer_url, "fleet pool", min_size=1, max_size=1)
+    try:
+        # A notification sent while a client's statement runs on the listener's server connection
+        # comes to that client with the statement's result.
+        with pool.connection(timeout=10) as pooled:
+            for client in (plain, fleet_conn, pooled):
+                for _ in range(3):
+                    running = threading.Thread(target=client.execute, args=("SELECT pg_sleep(0.3)",))
+                    running.start()
+                    time.sleep(0.1)
+                    conn.execute("NOTIFY fleet_runs")
+                    running.join(10)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # notifies() beside a handler
+            kept = list(fleet_conn.notifies(timeout=0))
+            with pool.connection(timeout=10) as pooled:
+                kept += list(pooled.notifies(timeout=0))
+    finally:
+        pool.close()
+        for c in (listener, plain, fleet_conn):
+            c.close()
+    assert reached_plain, "no notification reached a connection that does not listen"
+    assert kept == [], f"{len(kept)} notifications kept by fleet's connections"
