@@ -53,7 +53,7 @@ def prepared_statements_broke(e: BaseException, **who: str) -> bool:
     """If `e` is a prepared statement that another server connection did not know or already had
     (a transaction-pooling proxy), turn preparing off for this process's connections, old and new,
     and say so, once (with `who`: the process's id field). True for every such error: the caller
-    may retry at once, on a connection borrowed or opened again, which prepares nothing."""
+    need not log it, and its next try, on a connection borrowed or opened again, prepares nothing."""
     if not isinstance(e, psycopg.Error):
         return False
     state = e.sqlstate or ""

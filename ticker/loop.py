@@ -91,9 +91,10 @@ class Ticker:
                     # Keep trying (server restarting, schema not migrated yet): a process manager
                     # gives up on a program that exits quickly a few times.
                     self._close()
-                    if prepared_statements_broke(e, ticker_id=self.settings.ticker_id):
-                        continue  # connected again, the connection prepares nothing
-                    if self._unavailable_log.due():
+                    # Prepared statements broken by a proxy are said once (the connection opened
+                    # next prepares nothing); other errors when they start and every 30 s.
+                    broke = prepared_statements_broke(e, ticker_id=self.settings.ticker_id)
+                    if not broke and self._unavailable_log.due():
                         logs.event("db_error", ticker_id=self.settings.ticker_id, error=str(e).strip())
                     self.stop.wait(1.0)
         finally:

@@ -458,9 +458,10 @@ class Worker:
                     return
             except psycopg.Error as e:
                 self._erred = True
-                if prepared_statements_broke(e, worker_id=self.settings.worker_id):
-                    continue  # borrowed again, the connection prepares nothing
-                if self._error_log.due():
+                # Prepared statements broken by a proxy are said once (the connection borrowed
+                # next prepares nothing); other errors when they start and every 30 s.
+                broke = prepared_statements_broke(e, worker_id=self.settings.worker_id)
+                if not broke and self._error_log.due():
                     logs.event("db_error", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
                 if not self.stop.is_set():
                     self.wake.wait(_BORROW_S)
