@@ -19,6 +19,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool
 
+from fleet import logs
 from fleet.errors import ConfigError, DatabaseUnavailable
 
 set_json_loads(orjson.loads)
@@ -63,8 +64,6 @@ def prepared_statements_broke(e: BaseException, **who: str) -> bool:
         first = not _prepare_refused.is_set()
         _prepare_refused.set()
     if first:
-        from fleet import logs
-
         logs.event(
             "prepared_statements_off",
             **who,
