@@ -8,7 +8,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import IO, Any
 
@@ -163,6 +163,34 @@ def attempt_event(
             b"," + orjson.dumps({"outcome": outcome, "duration_ms": duration_ms, "error": error})[1:] + b"\n"
         )
     _emit(b"".join((b'{"ts":"', _timestamp_bytes(), _event_key(name), _base_json, attempt.json(), tail)))
+
+
+def attempt_events(
+    name: str,
+    shared: Sequence[Fields],
+    outcome: str | None = None,
+    durations_ms: Sequence[float] | None = None,
+) -> None:
+    """`attempt_event(name, f, outcome, d, None)` for each `f` of `shared` and its `d` of
+    `durations_ms` (without them, neither outcome nor duration), in order, with the time rendered
+    once: the lines of one kind that a worker writes for a whole round (claimed, finished)."""
+    if durations_ms is None and outcome is not None:
+        raise ValueError("an outcome needs the durations")
+    if _format != "json":
+        for i, f in enumerate(shared):
+            event(name, f, outcome=outcome, duration_ms=durations_ms[i] if durations_ms else None, error=None)
+        return
+    head = b"".join((b'{"ts":"', _timestamp_bytes(), _event_key(name), _base_json))
+    if durations_ms is None:
+        lines = [head + f.json() + _NO_OUTCOME for f in shared]
+    else:
+        mid = b',"outcome":' + orjson.dumps(outcome) + b',"duration_ms":'
+        dumps = orjson.dumps
+        lines = [
+            b"".join((head, f.json(), mid, dumps(d), b',"error":null}\n'))
+            for f, d in zip(shared, durations_ms, strict=True)
+        ]
+    _emit(b"".join(lines))
 
 
 def _emit(line: bytes) -> None:

@@ -140,15 +140,16 @@ class Attempt:
         return self.started_mono + self.timeout.total_seconds() if self.timeout else None
 
     def context(self, worker_id: str) -> JobContext:
+        # Positional (in JobContext's field order): made for every attempt, and keywords cost more.
         return JobContext(
-            schedule=self.schedule,
-            slot=self.slot,
-            attempt=self.attempt,
-            args=self.args,
-            worker_id=worker_id,
-            job=self.job,
-            cancel_event=self.cancel,
-            lease_deadline=lambda: self.lease_deadline_mono,
+            self.schedule,
+            self.slot,
+            self.attempt,
+            self.args,
+            worker_id,
+            self.job,
+            self.cancel,
+            lambda: self.lease_deadline_mono,
         )
 
 

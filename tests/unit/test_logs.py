@@ -69,6 +69,34 @@ def test_attempt_lines_equal_the_general_ones(
     assert fast["slot"] == "2026-11-02T01:00:00Z" and fast["worker_id"] == 'w"1' and fast["error"] == error
 
 
+@pytest.mark.parametrize(("outcome", "durations_ms"), [(None, None), ("done", [12.5, 0.25])])
+def test_a_round_of_attempt_lines_equals_the_lines_one_by_one(
+    out: io.BytesIO, outcome: str | None, durations_ms: list[float] | None
+) -> None:
+    shared = [attempt(), logs.Fields(schedule="other", slot=SLOT, attempt=1, worker_id="w1", job="j")]
+    logs.attempt_events("claimed", shared, outcome, durations_ms)
+    for i, f in enumerate(shared):
+        logs.attempt_event("claimed", f, outcome, durations_ms[i] if durations_ms else None, None)
+    got = lines(out)
+    for line in got:
+        line.pop("ts")
+    assert [list(line.items()) for line in got[:2]] == [list(line.items()) for line in got[2:]]
+    assert [line["schedule"] for line in got[:2]] == ["nightly", "other"]
+
+
+def test_a_round_of_attempt_lines_in_text_and_its_misuse() -> None:
+    stream = io.BytesIO()
+    logs.configure("text", stream=stream, process="worker")
+    try:
+        logs.attempt_events("finished", [attempt()], "done", [1.5])
+    finally:
+        logs.configure()
+    text = stream.getvalue().decode()
+    assert " finished " in text and "outcome=done" in text and "duration_ms=1.5" in text
+    with pytest.raises(ValueError, match="durations"):
+        logs.attempt_events("finished", [attempt()], "done")
+
+
 def test_batched_lines_are_written_together_in_order(out: io.BytesIO) -> None:
     with logs.batched():
         logs.attempt_event("claimed", attempt(), None, None, None)
