@@ -390,14 +390,16 @@ class Worker:
         """The identity every log line of attempt `a` carries, made once."""
         f = a.log_fields
         if f is None:
-            f = a.log_fields = logs.Fields(
-                schedule=a.schedule,
-                slot=a.slot,
-                attempt=a.attempt,
-                worker_id=self.settings.worker_id,
-                job=a.job,
-                trace_id=a.trace_id,
-                span_id=a.span_id,
+            f = a.log_fields = logs.Fields.of(
+                {
+                    "schedule": a.schedule,
+                    "slot": a.slot,
+                    "attempt": a.attempt,
+                    "worker_id": self.settings.worker_id,
+                    "job": a.job,
+                    "trace_id": a.trace_id,
+                    "span_id": a.span_id,
+                }
             )
         return f
 

@@ -73,7 +73,8 @@ def test_attempt_lines_equal_the_general_ones(
 def test_a_round_of_attempt_lines_equals_the_lines_one_by_one(
     out: io.BytesIO, outcome: str | None, durations_ms: list[float] | None
 ) -> None:
-    shared = [attempt(), logs.Fields(schedule="other", slot=SLOT, attempt=1, worker_id="w1", job="j")]
+    other = logs.Fields.of({"schedule": "other", "slot": SLOT, "attempt": 1, "worker_id": "w1", "job": "j"})
+    shared = [attempt(), other]
     logs.attempt_events("claimed", shared, outcome, durations_ms)
     for i, f in enumerate(shared):
         logs.attempt_event("claimed", f, outcome, durations_ms[i] if durations_ms else None, None)
