@@ -28,12 +28,13 @@ def _runs(conn: psycopg.Connection[dict[str, object]]) -> int:
 MINUTE_MARGIN_S = 15.0
 
 
-def materialise(url: str) -> tuple[int, float]:
-    """Make every schedule due once and tick until none is; returns (slots created, seconds)."""
+def materialise(url: str, margin_s: float = MINUTE_MARGIN_S) -> tuple[int, float]:
+    """Make every schedule due once and tick until none is; returns (slots created, seconds). Starts
+    in the next minute when fewer than `margin_s` seconds of this one are left."""
     with connect(url, "fleet-bench") as conn:
-        row = conn.execute("SELECT extract(epoch FROM now())::float8 % 60 AS s").fetchone()
+        row = conn.execute("SELECT extract(second FROM now())::float8 AS s").fetchone()
         second = float(row["s"]) if row else 0.0
-        if second > 60 - MINUTE_MARGIN_S:
+        if second > 60 - margin_s:
             time.sleep(60.5 - second)
         conn.execute("TRUNCATE job_attempts, job_runs")
         conn.execute("UPDATE schedules SET next_run_at = date_trunc('minute', now())")

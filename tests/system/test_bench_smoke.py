@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fleet.db import connect
+from fleet.schedfile import load
+from loadtest.bench.ticker_cost import materialise
+from ops.apply import apply_specs
 from tests.support import ROOT
 
 
@@ -49,3 +53,16 @@ def test_rounds_prints_the_cost_of_both_rounds(server_url: str) -> None:
         (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith(name)] or [done.stdout]
         cells = [float(c) for c in line[len(name) :].split() if c != "µs"]
         assert len(cells) == 5 and all(c > 0 for c in cells[:3]), (name, done.stdout)
+
+
+def test_ticker_materialisation_creates_one_slot_per_due_schedule(db_url: str) -> None:
+    """The ticker section's measured step on a few schedules (the full section samples a ticker's CPU
+    over whole minutes, too long for the suite)."""
+    with connect(db_url, "fleet-tests") as conn:
+        text = "".join(f'[[schedule]]\nname = "m{i}"\nevery = "1m"\njob = "bench.noop"\n' for i in range(50))
+        apply_specs(conn, load(text), prune=False)
+    created, seconds = materialise(db_url, margin_s=5.0)
+    assert created == 50 and seconds > 0
+    with connect(db_url, "fleet-tests") as conn:
+        rows = conn.execute("SELECT schedule_name, count(*) AS n FROM job_runs GROUP BY 1").fetchall()
+    assert len(rows) == 50 and {r["n"] for r in rows} == {1}, rows
