@@ -48,7 +48,9 @@ def options(
         backlog=backlog if backlog is not None else (10_000 if quick else 200_000),
         workers=workers,
         clients=(2, 4, 8),
-        lag_s=8.0 if quick else 30.0,
+        # Two minutes of the every-second schedule: over the 28 slots of 30 s a p99 lies between the
+        # two largest lags, so one late slot decided it.
+        lag_s=8.0 if quick else 120.0,
         burst_s=12.0 if quick else 35.0,
         schedules=2_000 if quick else 10_000,
         ticker_cpu_s=62.0 if quick else 122.0,
