@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from fleet import logs, telemetry
 from fleet.errors import ConfigError, DatabaseUnavailable
 from fleet.settings import ticker_settings
+from fleet.signals import on_stop_signal
 from ticker.loop import Ticker
 
 
@@ -24,12 +25,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     telemetry.configure("fleet-ticker", settings.ticker_id, os.environ)
     stop = threading.Event()
 
-    def on_signal(signum: int, _frame: object) -> None:
-        logs.event("stop_requested", signal=signal.Signals(signum).name)
+    def on_signal(sig: signal.Signals) -> None:
+        if not stop.is_set():
+            logs.event("stop_requested", signal=sig.name)
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    on_stop_signal(on_signal)
     try:
         return Ticker(settings, stop).run()
     except DatabaseUnavailable as e:

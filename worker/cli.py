@@ -14,6 +14,7 @@ from fleet.command_jobs import load_command_jobs
 from fleet.errors import ConfigError
 from fleet.jobs import registered
 from fleet.settings import worker_settings
+from fleet.signals import on_stop_signal
 from worker.loop import Worker
 
 
@@ -39,14 +40,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     worker = Worker(settings, handlers, stop)
 
-    def on_signal(signum: int, _frame: object) -> None:
+    def on_signal(sig: signal.Signals) -> None:
         if not stop.is_set():
-            logs.event("stop_requested", worker_id=settings.worker_id, signal=signal.Signals(signum).name)
+            logs.event("stop_requested", worker_id=settings.worker_id, signal=sig.name)
         stop.set()
         worker.wake.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    on_stop_signal(on_signal)
     return worker.run()
 
 

@@ -1,0 +1,53 @@
+"""Stop signals: workers and tickers stop at once, however many signals come and whenever they come."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.support import FAST, Proc, env_for, log_events, processes, ticker_cmd, wait_for, worker_cmd
+
+STARTED = ("worker_started", "ticker_started")
+
+
+def burst(pid: int, sig: int, count: int = 300) -> None:
+    """`count` signals, 0 to 90 µs apart: some come while the process handles an earlier one."""
+    for i in range(count):
+        os.kill(pid, sig)
+        end = time.perf_counter() + (i % 10) * 10e-6
+        while time.perf_counter() < end:
+            pass
+
+
+def test_bursts_of_stop_signals_stop_workers_and_tickers(db_url: str, tmp_path: Path) -> None:
+    # A signal handler that logged and set events took locks in the main thread: a second signal
+    # coming while the first was handled hung most workers of this test for good.
+    with processes() as procs:
+        for i in range(6):
+            procs.append(
+                Proc(
+                    worker_cmd("--app", "fleet_test_jobs", "--id", f"w{i}", *FAST),
+                    env_for(db_url, FLEET_TEST_DIR=str(tmp_path)),
+                    tmp_path / f"w{i}.log",
+                )
+            )
+        for i in range(2):
+            procs.append(Proc(ticker_cmd("--poll", "0.2"), env_for(db_url), tmp_path / f"t{i}.log"))
+        for p in procs:
+            wait_for(lambda p=p: any(e["event"] in STARTED for e in log_events(p)), what=f"{p.log_path.stem}")
+        time.sleep(0.5)
+        hung = []
+        for i, p in enumerate(procs):
+            burst(p.pid, signal.SIGTERM if i % 2 == 0 else signal.SIGINT)
+            try:
+                p.wait(timeout=5)  # 0, or killed by one of the signals coming after its stop
+            except subprocess.TimeoutExpired:
+                hung.append(p.log_path.stem)
+        assert not hung, f"did not stop within 5 s of the signals: {hung}"
+        for i, p in enumerate(procs):
+            events = [e["event"] for e in log_events(p)]
+            assert events.count("stop_requested") == 1, (p.log_path.stem, events)
+            assert ("worker_stopped" if i < 6 else "ticker_stopped") in events, (p.log_path.stem, events)
