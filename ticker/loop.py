@@ -109,14 +109,15 @@ class Ticker:
         """One tick and the sleep after it; True when an until-idle run is finished."""
         assert self.conn is not None
         s = self.settings
-        now_mono = time.monotonic()
-        if now_mono - self.last_touch > 5:
-            process_touch(self.conn, s.ticker_id)
-            self.last_touch = now_mono
-        if not self._hold_leadership():
+        if not self.is_leader and not self._hold_leadership():
+            self._touch()
             self._wait(min(s.poll_s, 1.0))
             return False
         result = self.tick()
+        # The rest of the step's round trips come after the tick, off the slot's path: a leader's
+        # lock lives with its listen session (checked alive), and the registry row is touched.
+        self._hold_leadership()
+        self._touch()
         if s.until_idle and not result.still_due and result.schedules == 0:
             return True
         if result.still_due:
@@ -127,6 +128,14 @@ class Ticker:
             return True
         self._wait(max(0.0, min(wait, s.poll_s)))
         return False
+
+    def _touch(self) -> None:
+        """Mark this ticker alive in the process registry, at most every 5 s."""
+        assert self.conn is not None
+        now_mono = time.monotonic()
+        if now_mono - self.last_touch > 5:
+            process_touch(self.conn, self.settings.ticker_id)
+            self.last_touch = now_mono
 
     def tick(self) -> TickResult:
         assert self.conn is not None
