@@ -30,8 +30,8 @@ def on_stop_signal(callback: Callable[[signal.Signals], None]) -> None:
             os.write(w, bytes((signum,)))
 
     def relay() -> None:
-        while True:
-            for signum in os.read(r, 64):
+        while data := os.read(r, 64):
+            for signum in data:
                 callback(signal.Signals(signum))
 
     threading.Thread(target=relay, name="fleet-signals", daemon=True).start()

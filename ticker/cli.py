@@ -26,9 +26,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
 
     def on_signal(sig: signal.Signals) -> None:
-        if not stop.is_set():
-            logs.event("stop_requested", signal=sig.name)
-        stop.set()
+        try:
+            if not stop.is_set():
+                logs.event("stop_requested", signal=sig.name)
+        finally:  # stop even if the line cannot be written
+            stop.set()
 
     on_stop_signal(on_signal)
     try:

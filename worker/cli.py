@@ -41,10 +41,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker = Worker(settings, handlers, stop)
 
     def on_signal(sig: signal.Signals) -> None:
-        if not stop.is_set():
-            logs.event("stop_requested", worker_id=settings.worker_id, signal=sig.name)
-        stop.set()
-        worker.wake.set()
+        try:
+            if not stop.is_set():
+                logs.event("stop_requested", worker_id=settings.worker_id, signal=sig.name)
+        finally:  # stop even if the line cannot be written
+            stop.set()
+            worker.wake.set()
 
     on_stop_signal(on_signal)
     return worker.run()

@@ -24,7 +24,7 @@ def burst(pid: int, sig: int, count: int = 300) -> None:
 
 def test_bursts_of_stop_signals_stop_workers_and_tickers(db_url: str, tmp_path: Path) -> None:
     # A signal handler that logged and set events took locks in the main thread: a second signal
-    # coming while the first was handled hung most workers of this test for good.
+    # coming while the first was handled hung two to six of this test's workers for good.
     with processes() as procs:
         for i in range(6):
             procs.append(
