@@ -1,11 +1,12 @@
-"""Stop signals (SIGTERM, SIGINT), acted on outside the signal handler.
+"""Stop signals (SIGTERM, SIGINT, and any the caller names), acted on outside the signal handler.
 
 A Python signal handler runs in the main thread between two of its bytecodes, wherever that thread
-is: inside a lock it holds (writing a log line, clearing an event) or inside the handler itself,
-when a second signal comes while the first is handled. A handler that takes a lock can then wait
-for itself forever: a worker sent SIGTERM twice in quick succession hung in the log's lock and had
-to be killed. The handler here only writes the signal's number to a pipe; a thread of its own reads
-it and calls back, taking locks like any other thread.
+is: inside a lock it holds (writing a log line, clearing or waiting on an event) or inside the
+handler itself, when a second signal comes while the first is handled. A handler that takes a lock
+(setting a `threading.Event` does) can then wait for itself forever: a worker sent SIGTERM twice in
+quick succession hung in the log's lock and had to be killed. The handler here only writes the
+signal's number to a pipe; a thread of its own reads it and calls back, taking locks like any other
+thread.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def on_stop_signal(callback: Callable[[signal.Signals], None]) -> None:
-    """Call `callback` (on a thread of its own, once per signal received) for SIGTERM and SIGINT.
-    Call from the main thread, once per process."""
+def on_stop_signal(
+    callback: Callable[[signal.Signals], None], signals: Sequence[signal.Signals] = STOP_SIGNALS
+) -> Callable[[], None]:
+    """Call `callback` (on a thread of its own, once per signal received) for each of `signals`.
+    Call from the main thread. Returns a function that puts the previous handlers back."""
     r, w = os.pipe()
     os.set_blocking(w, False)
 
@@ -30,10 +33,17 @@ def on_stop_signal(callback: Callable[[signal.Signals], None]) -> None:
             os.write(w, bytes((signum,)))
 
     def relay() -> None:
-        while data := os.read(r, 64):
-            for signum in data:
-                callback(signal.Signals(signum))
+        with open(r, "rb", buffering=0) as pipe:  # closes the read end when the write end is closed
+            while data := pipe.read(64):
+                for signum in data:
+                    callback(signal.Signals(signum))
 
     threading.Thread(target=relay, name="fleet-signals", daemon=True).start()
-    for s in STOP_SIGNALS:
-        signal.signal(s, handler)
+    old = {s: signal.signal(s, handler) for s in signals}
+
+    def restore() -> None:
+        for s, h in old.items():
+            signal.signal(s, h)
+        os.close(w)
+
+    return restore

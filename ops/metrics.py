@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import os
-import signal
 import threading
 import time
 from collections import Counter
@@ -30,6 +29,7 @@ from fleet import logs
 from fleet.db import connect, redact, resolve_url
 from fleet.errors import DatabaseUnavailable
 from fleet.queries import q
+from fleet.signals import on_stop_signal
 from ops import health
 from ops.cli import UsageError
 from ops.inspect import live_processes, schedule_health
@@ -269,8 +269,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     url = resolve_url(args.database_url or os.environ.get("FLEET_DATABASE_URL") or None)
     logs.configure(args.log_format or os.environ.get("FLEET_LOG_FORMAT") or "json", process="metrics")
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda _s, _f: stop.set())
+    on_stop_signal(lambda _sig: stop.set())
     return serve(url, host, port, stop)
 
 

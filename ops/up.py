@@ -24,7 +24,6 @@ import xmlrpc.client
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import psycopg
@@ -38,6 +37,7 @@ from fleet.jobs import registered
 from fleet.migrate import migrate
 from fleet.queries import q
 from fleet.schedfile import ScheduleSpec, load
+from fleet.signals import on_stop_signal
 from fleet.supervisor import TICKER_STOPWAIT_S, SupervisorOptions, render
 from ops import live
 from ops.apply import apply_specs
@@ -160,7 +160,7 @@ class Up:
 
     # -- signals -------------------------------------------------------------------------------
 
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+    def _on_signal(self, _sig: signal.Signals) -> None:
         if self.stop.is_set():
             self.force = True
             return
@@ -172,7 +172,7 @@ class Up:
     # -- the whole run -------------------------------------------------------------------------
 
     def run(self) -> int:
-        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        restore = on_stop_signal(self._on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
         try:
             return self._run()
         finally:
@@ -183,8 +183,7 @@ class Up:
                     self._say("stopping the embedded PostgreSQL")
                     stop_embedded(self.base)
                 self.state_path.unlink(missing_ok=True)
-                for s, handler in old.items():
-                    signal.signal(s, handler)
+                restore()
 
     def _run(self) -> int:
         args = self.args

@@ -8,7 +8,18 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support import FAST, Proc, env_for, log_events, processes, ticker_cmd, wait_for, worker_cmd
+from tests.support import (
+    FAST,
+    Proc,
+    env_for,
+    fleetctl_cmd,
+    free_port,
+    log_events,
+    processes,
+    ticker_cmd,
+    wait_for,
+    worker_cmd,
+)
 
 STARTED = ("worker_started", "ticker_started")
 
@@ -51,3 +62,28 @@ def test_bursts_of_stop_signals_stop_workers_and_tickers(db_url: str, tmp_path: 
             events = [e["event"] for e in log_events(p)]
             assert events.count("stop_requested") == 1, (p.log_path.stem, events)
             assert ("worker_stopped" if i < 6 else "ticker_stopped") in events, (p.log_path.stem, events)
+
+
+def test_bursts_of_stop_signals_stop_the_metrics_exporter(db_url: str, tmp_path: Path) -> None:
+    # Its handler set an event: a second signal coming while the first one held the event's lock
+    # hung two of this test's four exporters.
+    with processes() as procs:
+        for i in range(4):
+            procs.append(
+                Proc(
+                    fleetctl_cmd("metrics", "--listen", f"127.0.0.1:{free_port()}"),
+                    env_for(db_url),
+                    tmp_path / f"m{i}.log",
+                )
+            )
+        for p in procs:
+            wait_for(lambda p=p: any(e["event"] == "metrics_started" for e in log_events(p)), what="start")
+        hung = []
+        for i, p in enumerate(procs):
+            burst(p.pid, signal.SIGTERM if i % 2 == 0 else signal.SIGINT)
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                hung.append(p.log_path.stem)
+        assert not hung, f"did not stop within 5 s of the signals: {hung}"
+        assert all(any(e["event"] == "metrics_stopped" for e in log_events(p)) for p in procs)
