@@ -19,7 +19,7 @@ from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
 from loadtest.bench.config import WORKER_FLAGS, Bench
 from loadtest.bench.procs import Proc, env_for, fleet_cmd
 from loadtest.bench.report import Report, median
-from loadtest.bench.server import checkpoint, settle_stats, wait_until
+from loadtest.bench.server import busy_cpu_s, checkpoint, serves_locally, settle_stats, wait_until
 
 POLL_S = 0.2
 OPEN_RUNS = "SELECT EXISTS (SELECT 1 FROM job_runs WHERE status IN ('pending', 'running')) AS open"
@@ -36,6 +36,7 @@ class Trial:
     transactions: int  # the workers' database transactions during the trial
     peak_rss_kib: int  # largest VmHWM among the worker processes, read before they were stopped
     cpu_s: float  # CPU time of the worker processes, all of their lifetime
+    busy_s: float = 0.0  # this machine's busy CPU time (all cores) while the backlog drained
 
     @property
     def rate(self) -> float:
@@ -85,6 +86,7 @@ def drain_trial(
             settle_stats()
             before = bench.server.transactions(url)
         finally:
+            busy = busy_cpu_s()
             for p in procs:
                 p.signal(signal.SIGCONT)
         with connect(url, "fleet-bench monitor") as conn:
@@ -97,6 +99,7 @@ def drain_trial(
                 return bool(row and not row["open"])
 
             wait_until(done, max(120.0, n / 100), "the backlog to drain", POLL_S, bench.procs, procs)
+        busy = busy_cpu_s() - busy
         rss = max(p.peak_rss_kib() for p in procs)
         cpu = sum(p.cpu_s() for p in procs)
     finally:
@@ -108,7 +111,7 @@ def drain_trial(
     runs, seconds = (int(row["n"]), float(row["s"] or 0)) if row else (0, 0.0)
     if runs != n:
         raise RuntimeError(f"{runs} of {n} runs were done")
-    return Trial(runs, seconds, transactions, rss, cpu)
+    return Trial(runs, seconds, transactions, rss, cpu, busy)
 
 
 class FleetDrain:
@@ -205,6 +208,8 @@ def run(bench: Bench, report: Report) -> None:
             bench.opts.clients,
         )
     _resources(report, [c for c in contenders if c.processes], trials)
+    if contenders and serves_locally(bench.server.url):
+        _machine_cpu(report, contenders, trials)
     report.note(
         "drain: runs/s = runs / (first start .. last finish) read from the database (fleet: job_attempts "
         "started_at/finished_at; procrastinate: procrastinate_events; pgqueuer: pgqueuer_log), median of "
@@ -218,6 +223,40 @@ def run(bench: Bench, report: Report) -> None:
 
 def backlog(bench: Bench, c: Contender) -> int:
     return min(bench.opts.backlog, c.backlog_cap or bench.opts.backlog)
+
+
+def _machine_cpu(report: Report, contenders: Sequence[Contender], trials: dict[str, list[Trial]]) -> None:
+    """This machine's busy CPU per run (workers, server and all) while each contender drained: the
+    cost of a run wherever it goes, which the throughput ratios compare only when the cores are
+    saturated. For the pgbench limit, the cheapest client count's median."""
+    limits: dict[str, tuple[str, list[float]]] = {}  # by script: its label, each client count's median
+    for c in contenders:
+        per_trial = [t.busy_s / t.runs * 1e6 for t in trials[c.key]]
+        if c.processes:
+            report.add(
+                f"drain.{c.key}.busy_us_per_run",
+                f"this machine's busy CPU per run while draining: {c.label}",
+                median(per_trial),
+                "us/run",
+                trials=per_trial,
+            )
+        else:
+            label = c.label.rsplit(", ", 1)[0]  # without the client count
+            limits.setdefault(c.key.rsplit(".", 1)[0], (label, []))[1].append(median(per_trial))
+    for key, (label, per_client) in limits.items():
+        report.add(
+            f"{key}.busy_us_per_run",
+            f"this machine's busy CPU per job: {label} (cheapest client count)",
+            min(per_client),
+            "us/run",
+            trials=per_client,
+        )
+    report.note(
+        "busy CPU per run: user, system and interrupt time of the whole machine from /proc/stat (idle, "
+        "I/O wait and stolen time left out) from the workers' resumption until the backlog was seen "
+        "drained (pgbench: over its run), divided by the runs; it includes the server's, the workers' "
+        "and the benchmark's own monitoring. Reported when the server runs on this machine"
+    )
 
 
 def _resources(report: Report, contenders: Sequence[Contender], trials: dict[str, list[Trial]]) -> None:

@@ -9,13 +9,14 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from fleet.db import connect
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
 from loadtest.bench.config import BATCH, Bench
 from loadtest.bench.drain import Trial
 from loadtest.bench.report import Report, median
-from loadtest.bench.server import checkpoint
+from loadtest.bench.server import busy_cpu_s, checkpoint
 
 HERE = Path(__file__).resolve().parent.parent
 UPDATE_ROWS = 10_000
@@ -83,7 +84,13 @@ def run_pgbench(url: str, script: Script, clients: int, transactions: int) -> fl
     return float(tps.group(1))
 
 
-def measure(bench: Bench, url: str, script: Script, clients: int) -> float:
+class Measured(NamedTuple):
+    rate: float  # jobs/s for a claim script, tps for the update script
+    busy_s: float  # this machine's busy CPU time (all cores) while pgbench ran
+    jobs: int  # jobs (claim scripts) or transactions (update script) pgbench ran
+
+
+def measure(bench: Bench, url: str, script: Script, clients: int) -> Measured:
     """One pgbench run of `script` on a freshly loaded, vacuumed and checkpointed job_runs: jobs/s for a
     claim script (checked against the rows it left done), tps for the update script."""
     quick = bench.opts.quick
@@ -99,16 +106,18 @@ def measure(bench: Bench, url: str, script: Script, clients: int) -> float:
         insert_runs(conn, rows)
         conn.execute("VACUUM ANALYZE job_runs")
         checkpoint(conn)
+    busy = busy_cpu_s()
     tps = run_pgbench(url, script, clients, per_run)
+    busy = busy_cpu_s() - busy
     if not script.batch:
-        return tps
+        return Measured(tps, busy, per_run * clients)
     with connect(url, "fleet-bench") as conn:
         row = conn.execute("SELECT count(*) AS n FROM job_runs WHERE status = 'done'").fetchone()
     expected = per_run * clients * script.batch
     floor = expected - clients * script.batch  # finish+claim leaves its last claim running
     if not row or not floor <= row["n"] <= expected:
         raise RuntimeError(f"pgbench {script.key}: {row} rows done, expected about {expected}")
-    return tps * script.batch
+    return Measured(tps * script.batch, busy, expected)
 
 
 def limit_database(bench: Bench) -> str:
@@ -137,8 +146,10 @@ class LimitDrain:
         self.label = f"pgbench {script.label}, {clients} clients"
 
     def trial(self, bench: Bench, n: int) -> Trial:
-        rate = measure(bench, self.url, self.script, self.clients)
-        return Trial(runs=n, seconds=n / rate, transactions=0, peak_rss_kib=0, cpu_s=0.0)
+        m = measure(bench, self.url, self.script, self.clients)
+        # Scaled to the `n` runs the drains report: pgbench's busy time is for the jobs it ran.
+        busy = m.busy_s * n / m.jobs
+        return Trial(runs=n, seconds=n / m.rate, transactions=0, peak_rss_kib=0, cpu_s=0.0, busy_s=busy)
 
 
 def interleaved(bench: Bench) -> list[LimitDrain]:
@@ -175,7 +186,7 @@ def run(bench: Bench, report: Report) -> None:
     for script in SCRIPTS:
         if later and script.batch > 1:
             continue
-        per_client = [measure(bench, url, script, clients) for clients in bench.opts.clients]
+        per_client = [measure(bench, url, script, clients).rate for clients in bench.opts.clients]
         unit = "jobs/s" if script.batch else "tps"
         report.add(
             f"limit.{script.key}",

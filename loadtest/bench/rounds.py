@@ -26,7 +26,7 @@ from fleet.db import connect, resolve_url
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
 from loadtest.bench.procs import ROOT
 from loadtest.bench.report import median
-from loadtest.bench.server import Server, checkpoint
+from loadtest.bench.server import Server, checkpoint, serves_locally
 from worker.attempt import Attempt, Outcome
 from worker.finish import DONE
 from worker.loop import run_round
@@ -124,8 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         url = server.database("rounds")
         with connect(url, "fleet-bench rounds") as conn:
             add_schedule(conn)
-            visible = Path(f"/proc/{conn.info.backend_pid}/schedstat").exists()
-        if not visible:
+        if not serves_locally(url):
             print("rounds: the server's processes are not visible here (/proc): run it on this machine")
             return 2
         contenders = {"fleet round": fleet_round, "pgbench statements": pgbench_round}

@@ -1,5 +1,6 @@
 """The PostgreSQL server under test: scratch databases (created fresh, dropped at the end), and what
-the benchmark reads about them (transaction counters, listening sessions)."""
+the benchmark reads about them (transaction counters, listening sessions), and this machine's busy
+CPU time."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
@@ -19,6 +21,7 @@ from loadtest.bench.procs import Proc, Processes
 
 T = TypeVar("T")
 APP = "fleet-bench"
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class Server:
@@ -131,6 +134,22 @@ def wait_until(
         if time.monotonic() > end:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+def busy_cpu_s() -> float:
+    """CPU time this whole machine has spent busy so far, all cores: user, system and interrupt
+    time from /proc/stat, idle, I/O wait and time stolen by the host left out."""
+    user, nice, system, _idle, _iowait, irq, softirq = (
+        int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]
+    )
+    return (user + nice + system + irq + softirq) / _TICKS
+
+
+def serves_locally(url: str) -> bool:
+    """Whether the server's processes run on this machine (its backend is visible in /proc), so
+    that this machine's CPU time includes the server's."""
+    with connect(url, "fleet-bench") as conn:
+        return Path(f"/proc/{conn.info.backend_pid}/schedstat").exists()
 
 
 def settle_stats() -> None:

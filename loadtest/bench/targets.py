@@ -27,22 +27,32 @@ def add_ratios(report: Report) -> None:
             ok=lambda r: r >= 10.0,
         )
     best_fleet = _best(report, "drain.fleet.w1", "drain.fleet.w2", "drain.fleet.w4")
-    if best_fleet:
-        for key, label in (
-            ("limit.claim_finish.b100", "claim + finish, 2 commits"),
-            ("limit.finish_claim.b100", "finish + claim, 1 commit"),
-        ):
+    leanest = _best(report, *(f"drain.fleet.w{w}.busy_us_per_run" for w in (1, 2, 4)), lowest=True)
+    for script, label in (
+        ("claim_finish", "claim + finish, 2 commits"),
+        ("finish_claim", "finish + claim, 1 commit"),
+    ):
+        if best_fleet:
             report.ratio(
-                f"ratio.fleet_vs_{key.split('.')[1]}",
+                f"ratio.fleet_vs_{script}",
                 f"drain: best fleet / pgbench {label}, 100 rows/claim",
                 best_fleet,
-                key,
+                f"limit.{script}.b100",
                 target=">= 0.5",
                 ok=lambda r: r >= 0.5,
             )
+        if leanest:
+            report.ratio(
+                f"ratio.busy_{script}_vs_fleet",
+                f"busy CPU per run: pgbench {label}, 100 rows/claim / leanest fleet",
+                f"limit.{script}.b100.busy_us_per_run",
+                leanest,
+            )
 
 
-def _best(report: Report, *keys: str) -> str | None:
-    """The key with the highest value among those measured."""
+def _best(report: Report, *keys: str, lowest: bool = False) -> str | None:
+    """The key with the highest value (the lowest with `lowest`) among those measured."""
     measured = [(v, k) for k in keys if (v := report.value(k)) is not None]
-    return max(measured)[1] if measured else None
+    if not measured:
+        return None
+    return (min if lowest else max)(measured)[1]

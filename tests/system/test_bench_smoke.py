@@ -38,6 +38,9 @@ def test_quick_bench_prints_the_table_and_writes_json(server_url: str, tmp_path:
         "limit.finish_claim.b1",
         "limit.finish_claim.b100",
         "ratio.fleet_vs_finish_claim",
+        "drain.fleet.w2.busy_us_per_run",
+        "limit.finish_claim.b100.busy_us_per_run",
+        "ratio.busy_finish_claim_vs_fleet",
     ):
         assert figures.get(key) is not None and figures[key] > 0, (key, figures.get(key))
     # The batched limit ran between the drains, once per client count: the figure is the best of
