@@ -85,8 +85,8 @@ def drain_trial(
                 checkpoint(conn)
             settle_stats()
             before = bench.server.transactions(url)
-        finally:
             busy = busy_cpu_s()
+        finally:
             for p in procs:
                 p.signal(signal.SIGCONT)
         with connect(url, "fleet-bench monitor") as conn:
