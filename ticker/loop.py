@@ -64,10 +64,12 @@ class Ticker:
         self.conn = self.listen = None
 
     def _hold_leadership(self) -> bool:
-        """Take or keep the leader lock; the lock lives as long as the listen session."""
+        """Take or keep the leader lock (with --leader); the lock lives as long as the listen session.
+        Without --leader every ticker ticks, and there is no lock to keep."""
         assert self.listen is not None
         if self.is_leader:
-            self.listen.execute("SELECT 1")  # a dead session would mean the lock is gone
+            if self.settings.leader:
+                self.listen.execute("SELECT 1")  # a dead session would mean the lock is gone
             return True
         got = self.listen.execute("SELECT pg_try_advisory_lock(%s) AS ok", (_LEADER_KEY,)).fetchone()
         self.is_leader = bool(got and got["ok"])
