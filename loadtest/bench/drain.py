@@ -42,6 +42,10 @@ class Trial:
     def rate(self) -> float:
         return self.runs / self.seconds if self.seconds > 0 else float("nan")
 
+    @property
+    def busy_us_per_run(self) -> float:
+        return self.busy_s / self.runs * 1e6
+
 
 class Contender(Protocol):
     key: str  # "fleet.w2", "pgqueuer.b100", ...
@@ -201,15 +205,20 @@ def run(bench: Bench, report: Report) -> None:
                 "runs/s",
                 trials=rates,
             )
-    if any(not c.processes for c in contenders):  # the PostgreSQL limit, measured between the drains
+    # This machine's busy CPU includes the server's only when the server runs here.
+    local = bool(contenders) and serves_locally(bench.server.url)
+    limits = [c for c in contenders if not c.processes]  # the PostgreSQL limit, between the drains
+    if limits:
         limit.report_interleaved(
             report,
-            {c.key: [t.rate for t in trials[c.key]] for c in contenders if not c.processes},
+            {c.key: [t.rate for t in trials[c.key]] for c in limits},
             bench.opts.clients,
+            {c.key: [t.busy_us_per_run for t in trials[c.key]] for c in limits} if local else None,
         )
-    _resources(report, [c for c in contenders if c.processes], trials)
-    if contenders and serves_locally(bench.server.url):
-        _machine_cpu(report, contenders, trials)
+    workers = [c for c in contenders if c.processes]
+    _resources(report, workers, trials)
+    if local:
+        _machine_cpu(report, workers, trials)
     report.note(
         "drain: runs/s = runs / (first start .. last finish) read from the database (fleet: job_attempts "
         "started_at/finished_at; procrastinate: procrastinate_events; pgqueuer: pgqueuer_log), median of "
@@ -228,28 +237,15 @@ def backlog(bench: Bench, c: Contender) -> int:
 def _machine_cpu(report: Report, contenders: Sequence[Contender], trials: dict[str, list[Trial]]) -> None:
     """This machine's busy CPU per run (workers, server and all) while each contender drained: the
     cost of a run wherever it goes, which the throughput ratios compare only when the cores are
-    saturated. For the pgbench limit, the cheapest client count's median."""
-    limits: dict[str, tuple[str, list[float]]] = {}  # by script: its label, each client count's median
+    saturated."""
     for c in contenders:
-        per_trial = [t.busy_s / t.runs * 1e6 for t in trials[c.key]]
-        if c.processes:
-            report.add(
-                f"drain.{c.key}.busy_us_per_run",
-                f"this machine's busy CPU per run while draining: {c.label}",
-                median(per_trial),
-                "us/run",
-                trials=per_trial,
-            )
-        else:
-            label = c.label.rsplit(", ", 1)[0]  # without the client count
-            limits.setdefault(c.key.rsplit(".", 1)[0], (label, []))[1].append(median(per_trial))
-    for key, (label, per_client) in limits.items():
+        per_trial = [t.busy_us_per_run for t in trials[c.key]]
         report.add(
-            f"{key}.busy_us_per_run",
-            f"this machine's busy CPU per job: {label} (cheapest client count)",
-            min(per_client),
+            f"drain.{c.key}.busy_us_per_run",
+            f"this machine's busy CPU per run while draining: {c.label}",
+            median(per_trial),
             "us/run",
-            trials=per_client,
+            trials=per_trial,
         )
     report.note(
         "busy CPU per run: user, system and interrupt time of the whole machine from /proc/stat (idle, "

@@ -161,10 +161,16 @@ def interleaved(bench: Bench) -> list[LimitDrain]:
     return [LimitDrain(url, s, c) for s in SCRIPTS if s.batch > 1 for c in bench.opts.clients]
 
 
-def report_interleaved(report: Report, trials: dict[str, list[float]], clients: Sequence[int]) -> None:
+def report_interleaved(
+    report: Report,
+    trials: dict[str, list[float]],
+    clients: Sequence[int],
+    busy: dict[str, list[float]] | None = None,
+) -> None:
     """The limit of each batched script measured between the drains, estimated as fleet's drain
     figure is: the median of the trials for each client count (worker count, for fleet), then the
-    best of them."""
+    best of them. With `busy` (this machine's busy CPU per job in each trial), the cheapest client
+    count's median too."""
     for script in SCRIPTS:
         per_client = [median(r) for c in clients if (r := trials.get(contender_key(script, c)))]
         if not per_client:
@@ -178,6 +184,15 @@ def report_interleaved(report: Report, trials: dict[str, list[float]], clients: 
             trials=per_client,
             note="trials: the median of each client count",
         )
+        cpu = [median(r) for c in clients if busy and (r := busy.get(contender_key(script, c)))]
+        if cpu:
+            report.add(
+                f"limit.{script.key}.busy_us_per_run",
+                f"this machine's busy CPU per job: pgbench {script.label} (cheapest client count)",
+                min(cpu),
+                "us/run",
+                trials=cpu,
+            )
 
 
 def run(bench: Bench, report: Report) -> None:
