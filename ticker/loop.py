@@ -36,6 +36,7 @@ class Ticker:
         self.ticks = 0
         # db_unavailable and db_error: when the trouble starts, then every 30 s while it lasts
         self._unavailable_log = logs.Throttle()
+        self._retried_unprepared = False
 
     def _connect(self) -> None:
         app = f"fleet-ticker {self.settings.ticker_id}"
@@ -98,6 +99,11 @@ class Ticker:
                     broke = prepared_statements_broke(e, ticker_id=self.settings.ticker_id)
                     if not broke and self._unavailable_log.due():
                         logs.event("db_error", ticker_id=self.settings.ticker_id, error=str(e).strip())
+                    if broke and not self._retried_unprepared:
+                        # The next connection prepares nothing: tick again at once, so a slot due
+                        # now is not a second late (past its grace, a missed slot).
+                        self._retried_unprepared = True
+                        continue
                     self.stop.wait(1.0)
         finally:
             if self.conn is not None and not self.conn.closed:

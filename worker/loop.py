@@ -95,6 +95,7 @@ class Worker:
         self._unavailable_log = logs.Throttle()  # db_unavailable: when it starts, then every 30 s
         self._error_log = logs.Throttle()  # db_error: the same, until a round succeeds
         self._erred = False
+        self._retried_unprepared = False  # once, after preparing is turned off: no pause
 
     # -- the handler threads -------------------------------------------------------------------
 
@@ -488,7 +489,9 @@ class Worker:
                 broke = prepared_statements_broke(e, worker_id=self.settings.worker_id)
                 if not broke and self._error_log.due():
                     logs.event("db_error", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
-                if not self.stop.is_set():
+                if broke and not self._retried_unprepared:
+                    self._retried_unprepared = True  # the next connection prepares nothing: at once
+                elif not self.stop.is_set():
                     self.wake.wait(_BORROW_S)
             except PoolTimeout as e:
                 self._unavailable(e)
