@@ -31,31 +31,57 @@ def migrations() -> list[Migration]:
 
 
 def migrate(conn: psycopg.Connection[Any]) -> list[int]:
-    """Apply the missing migrations in one transaction (rows as dicts); returns the versions applied now."""
+    """Apply the missing migrations in one transaction (rows as dicts); returns the versions applied now.
+
+    Everything is created in the schema `fleet`. A database migrated before the schema existed keeps
+    its record of applied versions (moved from `public.fleet_migrations`), and migration 4 moves its
+    tables, rows intact.
+    """
     applied_now: list[int] = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        conn.execute("CREATE SCHEMA IF NOT EXISTS fleet")
+        if _exists(conn, "public.fleet_migrations") and not _exists(conn, "fleet.migrations"):
+            conn.execute("ALTER TABLE public.fleet_migrations SET SCHEMA fleet")
+            conn.execute("ALTER TABLE fleet.fleet_migrations RENAME TO migrations")
         conn.execute(
-            "CREATE TABLE IF NOT EXISTS fleet_migrations ("
+            "CREATE TABLE IF NOT EXISTS fleet.migrations ("
             " version integer PRIMARY KEY, name text NOT NULL,"
             " applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        done = {r["version"] for r in conn.execute("SELECT version FROM fleet_migrations")}
+        done = {r["version"] for r in conn.execute("SELECT version FROM fleet.migrations")}
+        # Unqualified names in a migration land in `fleet` (pg_catalog is always searched first).
+        conn.execute("SET LOCAL search_path = fleet")
         for mig in migrations():
             if mig.version in done:
                 continue
             conn.execute(mig.sql.encode())
             conn.execute(
-                "INSERT INTO fleet_migrations (version, name) VALUES (%s, %s)", (mig.version, mig.name)
+                "INSERT INTO fleet.migrations (version, name) VALUES (%s, %s)", (mig.version, mig.name)
             )
             applied_now.append(mig.version)
     return applied_now
 
 
+def _exists(conn: psycopg.Connection[Any], relation: str) -> bool:
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL AS e", (relation,)).fetchone()
+    return bool(row and row["e"])
+
+
 def current_version(conn: psycopg.Connection[Any]) -> int:
-    """The newest applied migration, 0 for an empty database (rows as dicts)."""
-    exists = conn.execute("SELECT to_regclass('fleet_migrations') IS NOT NULL AS e").fetchone()
-    if not exists or not exists["e"]:
-        return 0
-    row = conn.execute("SELECT coalesce(max(version), 0) AS v FROM fleet_migrations").fetchone()
-    return int(row["v"]) if row else 0
+    """The newest applied migration, 0 for an empty database (rows as dicts).
+
+    A database migrated before the schema `fleet` existed answers its old version, so that the
+    caller says to run `fleetctl migrate` rather than failing on a missing table.
+    """
+    for table in ("fleet.migrations", "public.fleet_migrations"):
+        if _exists(conn, table):
+            sql = f"SELECT coalesce(max(version), 0) AS v FROM {table}"  # one of two fixed names
+            row = conn.execute(sql.encode()).fetchone()
+            return int(row["v"]) if row else 0
+    return 0
+
+
+def latest_version() -> int:
+    """The version the shipped migrations bring a database to."""
+    return migrations()[-1].version

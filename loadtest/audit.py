@@ -107,7 +107,7 @@ def audit(conn: psycopg.Connection[Any]) -> AuditResult:
     faults = conn.execute(q("audit_faults")).fetchall()
     processes = conn.execute(q("audit_processes")).fetchall()
 
-    # -- which slots were due: from the schedules' timing, not from job_runs ----------------------
+    # -- which slots were due: from the schedules' timing, not from fleet.job_runs ----------------------
     due: set[Key] = set()
     valid: set[Key] = set()
     last_row: dict[str, datetime] = {}

@@ -25,10 +25,10 @@ from typing import Any
 import psycopg
 
 from fleet.envfile import render_env
+from fleet.ops.control import ProcInfo, Supervisor, SupervisorUnavailable
 from fleet.supervisor import TICKER_STOPWAIT_S, SupervisorOptions, render
 from loadtest.profile import LoadConfig
 from loadtest.queries import q
-from ops.control import ProcInfo, Supervisor, SupervisorUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 60.0

@@ -10,12 +10,12 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from fleet.ops.apply import apply_specs
 from fleet.schedfile import load
 from loadtest.database import db_clock
 from loadtest.jobs import JOB
 from loadtest.profile import LoadConfig
 from loadtest.queries import q
-from ops.apply import apply_specs
 
 START_DELAY_S = 2  # the first slot comes this long after the schedules are applied
 

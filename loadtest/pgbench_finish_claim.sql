@@ -1,19 +1,19 @@
--- fleet's cycle on job_runs: finish the previous batch and claim the next (up to :batch due rows,
+-- fleet's cycle on fleet.job_runs: finish the previous batch and claim the next (up to :batch due rows,
 -- SKIP LOCKED, under a lease) in one transaction (one commit per batch).
 -- pgbench -n -M prepared -D batch=100 -f pgbench_finish_claim.sql; jobs/s = tps * batch.
 BEGIN;
-UPDATE job_runs
+UPDATE fleet.job_runs
 SET status = 'done', finished_at = now(), locked_pid = NULL, locked_until = NULL
 WHERE status = 'running' AND locked_pid = :client_id;
 WITH c AS (
     SELECT schedule_name, scheduled_for
-    FROM job_runs
+    FROM fleet.job_runs
     WHERE status = 'pending' AND run_after <= now()
     ORDER BY run_after
     LIMIT :batch
     FOR UPDATE SKIP LOCKED
 )
-UPDATE job_runs r
+UPDATE fleet.job_runs r
 SET status = 'running', attempts = r.attempts + 1, locked_pid = :client_id,
     locked_until = now() + interval '60 seconds', started_at = now()
 FROM c

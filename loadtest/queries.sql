@@ -45,18 +45,18 @@ RETURNING outcome
 -- name: runs_held
 -- The runs a worker holds, with the database's clock.
 SELECT schedule_name, scheduled_for, attempts, clock_timestamp() AS at
-FROM job_runs
+FROM fleet.job_runs
 WHERE locked_by = %(worker)s AND status = 'running'
 
 -- name: runs_held_by_workers
 SELECT locked_by AS worker_id, count(*) AS n
-FROM job_runs
+FROM fleet.job_runs
 WHERE status = 'running' AND locked_until > now()
 GROUP BY locked_by
 
 -- name: processes_ready
 -- How many of the given tickers and workers have registered: they are connected and about to work.
-SELECT count(*) AS n FROM fleet_processes WHERE id = ANY(%(ids)s::text[])
+SELECT count(*) AS n FROM fleet.processes WHERE id = ANY(%(ids)s::text[])
 
 -- name: db_clock
 SELECT clock_timestamp() AS at
@@ -80,14 +80,14 @@ ON CONFLICT (name, pid) DO UPDATE SET peak_rss_kb = greatest(loadtest_processes.
 
 -- name: drain_behind
 -- Load schedules whose slots up to the window's end are not all materialised yet.
-SELECT count(*) AS n FROM schedules
+SELECT count(*) AS n FROM fleet.schedules
 WHERE job = %(job)s AND enabled AND next_run_at <= %(window_end)s
 
 -- name: drain_open
-SELECT count(*) AS n FROM job_runs WHERE job = %(job)s AND status IN ('pending', 'running')
+SELECT count(*) AS n FROM fleet.job_runs WHERE job = %(job)s AND status IN ('pending', 'running')
 
 -- name: schedules_disable
-UPDATE schedules SET enabled = false, updated_at = now() WHERE job = %(job)s AND enabled
+UPDATE fleet.schedules SET enabled = false, updated_at = now() WHERE job = %(job)s AND enabled
 
 -- name: audit_meta
 SELECT settings, window_start, window_end, drained_at, drain_note FROM loadtest_meta WHERE id = 1
@@ -95,15 +95,15 @@ SELECT settings, window_start, window_end, drained_at, drain_note FROM loadtest_
 -- name: audit_schedules
 SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, catchup, overlap, max_lateness,
        max_attempts, args
-FROM schedules WHERE job = %(job)s ORDER BY name
+FROM fleet.schedules WHERE job = %(job)s ORDER BY name
 
 -- name: audit_runs
 SELECT schedule_name, scheduled_for, status::text AS status, attempts, failures, last_error, finished_at
-FROM job_runs WHERE job = %(job)s
+FROM fleet.job_runs WHERE job = %(job)s
 
 -- name: audit_attempts
 SELECT a.schedule_name, a.scheduled_for, a.attempt, a.worker_id, a.started_at, a.finished_at, a.outcome
-FROM job_attempts a JOIN job_runs r USING (schedule_name, scheduled_for)
+FROM fleet.job_attempts a JOIN fleet.job_runs r USING (schedule_name, scheduled_for)
 WHERE r.job = %(job)s
 
 -- name: audit_ledger

@@ -171,7 +171,7 @@ def _progress(url: str) -> str:
             counts = {
                 r["status"]: r["n"]
                 for r in conn.execute(
-                    "SELECT status::text AS status, count(*) AS n FROM job_runs WHERE job = %s GROUP BY 1",
+                    "SELECT status::text AS status, count(*) AS n FROM fleet.job_runs WHERE job = %s GROUP BY 1",
                     (JOB,),
                 )
             }

@@ -50,7 +50,7 @@ CREATE TABLE loadtest_meta (
 );
 
 -- Each fault injected: kind worker_kill | zombie | ticker_kill | pg_restart | starvation, its
--- target, when it began and ended, and the runs the target held (from job_runs.locked_by).
+-- target, when it began and ended, and the runs the target held (from fleet.job_runs.locked_by).
 CREATE TABLE loadtest_faults (
     id               bigserial PRIMARY KEY,
     kind             text NOT NULL,

@@ -94,7 +94,7 @@ def scratch_database() -> Iterator[str]:
         with connect(url, "fleet-bench") as conn:
             migrate(conn)
             conn.execute(
-                "INSERT INTO schedules (name, every, job, overlap, next_run_at, timing_hash) "
+                "INSERT INTO fleet.schedules (name, every, job, overlap, next_run_at, timing_hash) "
                 "VALUES ('bench', interval '1 day', %s, 'allow', '2099-01-01', '')",
                 (JOB,),
             )
@@ -115,14 +115,14 @@ def trial(url: str, mode: str, runs: int, worker_args: list[str], endpoint: str)
     from fleet.db import connect
 
     with connect(url, "fleet-bench") as conn:
-        conn.execute("TRUNCATE job_attempts, job_runs")
+        conn.execute("TRUNCATE fleet.job_attempts, fleet.job_runs")
         conn.execute(
-            "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
+            "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
             "SELECT 'bench', '2026-01-01'::timestamptz + make_interval(secs => g), %s, 'allow', now() "
             "FROM generate_series(1, %s) g",
             (JOB, runs),
         )
-        conn.execute("VACUUM ANALYZE job_runs")
+        conn.execute("VACUUM ANALYZE fleet.job_runs")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "OTEL_"))}
     env.update(FLEET_DATABASE_URL=url, PYTHONPATH=str(ROOT), OTEL_BSP_SCHEDULE_DELAY="200")
     if mode == "off":
@@ -148,7 +148,7 @@ def trial(url: str, mode: str, runs: int, worker_args: list[str], endpoint: str)
     with connect(url, "fleet-bench") as conn:
         row = conn.execute(
             "SELECT count(*) AS n, extract(epoch FROM max(finished_at) - min(started_at))::float8 AS s "
-            "FROM job_attempts WHERE outcome = 'done'"
+            "FROM fleet.job_attempts WHERE outcome = 'done'"
         ).fetchone()
     assert row is not None
     if row["n"] != runs:

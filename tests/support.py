@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import orjson
 import psycopg
 
+from fleet.ops.apply import ApplyResult, apply_specs
 from fleet.schedfile import load
-from ops.apply import ApplyResult, apply_specs
 
 ROOT = Path(__file__).resolve().parent.parent
 # A worker's flags for multi-process tests: a short lease, heartbeat and poll (seconds, not minutes).
@@ -146,8 +146,8 @@ def one_run(conn: psycopg.Connection[Any], job: str, args: str = "{}", **policie
         f'start_at = "2099-01-01T00:00:00Z"\n{extra}',
     )
     conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
-        "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM schedules"
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
+        "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM fleet.schedules"
     )
 
 
@@ -155,11 +155,11 @@ def lose_the_claim(conn: psycopg.Connection[Any]) -> None:
     """Every running run as a replica promoted before its claim's commit reached it would have it
     (pending again, its attempt number one lower); idle workers are woken to look for runs."""
     conn.execute(
-        "UPDATE job_runs SET status = 'pending', attempts = attempts - 1, started_at = NULL, "
+        "UPDATE fleet.job_runs SET status = 'pending', attempts = attempts - 1, started_at = NULL, "
         "locked_by = NULL, locked_host = NULL, locked_pid = NULL, locked_until = NULL, "
         "trace_id = NULL, span_id = NULL WHERE status = 'running'"
     )
-    conn.execute("UPDATE schedules SET running_slot = NULL")
+    conn.execute("UPDATE fleet.schedules SET running_slot = NULL")
     conn.execute("NOTIFY fleet_runs")
 
 

@@ -7,7 +7,7 @@
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 served AS (
     SELECT coalesce(array_agg(DISTINCT j.job), '{}'::text[]) AS jobs
-    FROM fleet_processes p
+    FROM fleet.processes p
     CROSS JOIN t
     CROSS JOIN LATERAL unnest(p.jobs) AS j(job)
     WHERE p.kind = 'worker' AND p.seen_at > t.now - make_interval(secs => %(stale_s)s)
@@ -20,21 +20,21 @@ SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_mi
        lf.finished_at AS last_finished_at, lf.last_error AS last_error,
        d.n AS dead_runs,
        o.pending, o.running, o.due, o.oldest_due, o.unserved
-FROM schedules s
+FROM fleet.schedules s
 CROSS JOIN t
 CROSS JOIN served sv
 LEFT JOIN LATERAL (
-    SELECT r.finished_at FROM job_runs r
+    SELECT r.finished_at FROM fleet.job_runs r
     WHERE r.schedule_name = s.name AND r.status = 'done'
     ORDER BY r.scheduled_for DESC LIMIT 1
 ) ls ON true
 LEFT JOIN LATERAL (
-    SELECT r.scheduled_for, r.status, r.last_outcome, r.finished_at, r.last_error FROM job_runs r
+    SELECT r.scheduled_for, r.status, r.last_outcome, r.finished_at, r.last_error FROM fleet.job_runs r
     WHERE r.schedule_name = s.name AND r.status IN ('done', 'dead', 'skipped')
     ORDER BY r.scheduled_for DESC LIMIT 1
 ) lf ON true
 CROSS JOIN LATERAL (
-    SELECT count(*) AS n FROM job_runs r WHERE r.schedule_name = s.name AND r.status = 'dead'
+    SELECT count(*) AS n FROM fleet.job_runs r WHERE r.schedule_name = s.name AND r.status = 'dead'
 ) d
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE r.status = 'pending') AS pending,
@@ -44,54 +44,54 @@ CROSS JOIN LATERAL (
            -- open runs no live worker can take: pending, or running under a lease that ran out
            count(*) FILTER (WHERE (r.status = 'pending' OR r.locked_until < t.now)
                               AND NOT (r.job = ANY(sv.jobs))) AS unserved
-    FROM job_runs r
+    FROM fleet.job_runs r
     WHERE r.schedule_name = s.name AND r.status IN ('pending', 'running')
 ) o
 WHERE %(names)s::text[] IS NULL OR s.name = ANY(%(names)s::text[])
 ORDER BY s.name
 
 -- name: schedule_names
-SELECT name FROM schedules WHERE name = ANY(%(names)s::text[])
+SELECT name FROM fleet.schedules WHERE name = ANY(%(names)s::text[])
 
 -- name: schedule_get
 SELECT s.*, t.now AS db_now
-FROM schedules s, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
+FROM fleet.schedules s, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
 WHERE s.name = %(name)s
 
 -- name: schedule_lock
 SELECT s.*, t.now AS db_now
-FROM schedules s, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
+FROM fleet.schedules s, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
 WHERE s.name = %(name)s
 FOR UPDATE OF s
 
 -- name: schedule_pause
-UPDATE schedules
+UPDATE fleet.schedules
 SET paused_at = coalesce(%(now)s::timestamptz, now()), updated_at = coalesce(%(now)s::timestamptz, now())
 WHERE name = %(name)s AND paused_at IS NULL
 RETURNING paused_at
 
 -- name: schedule_resume
 -- The next slot is planned from now by the caller: the paused stretch is not caught up.
-UPDATE schedules
+UPDATE fleet.schedules
 SET paused_at = NULL, next_run_at = %(next_run_at)s, updated_at = coalesce(%(now)s::timestamptz, now())
 WHERE name = %(name)s AND paused_at IS NOT NULL
 RETURNING next_run_at
 
 -- name: run_list
 SELECT r.*, r.status::text AS status
-FROM job_runs r
+FROM fleet.job_runs r
 WHERE r.schedule_name = %(name)s
-  AND (%(status)s::fleet_run_status IS NULL OR r.status = %(status)s::fleet_run_status)
+  AND (%(status)s::fleet.run_status IS NULL OR r.status = %(status)s::fleet.run_status)
   AND (%(outcome)s::text IS NULL OR r.last_outcome = %(outcome)s)
 ORDER BY r.scheduled_for DESC
 LIMIT %(limit)s
 
 -- name: run_get
-SELECT r.*, r.status::text AS status FROM job_runs r
+SELECT r.*, r.status::text AS status FROM fleet.job_runs r
 WHERE r.schedule_name = %(name)s AND r.scheduled_for = %(slot)s
 
 -- name: attempt_list
-SELECT a.* FROM job_attempts a
+SELECT a.* FROM fleet.job_attempts a
 WHERE a.schedule_name = %(name)s AND a.scheduled_for = %(slot)s
 ORDER BY a.attempt
 
@@ -100,8 +100,8 @@ ORDER BY a.attempt
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT p.id, p.kind, p.host, p.pid, p.jobs, p.started_at, p.seen_at,
        extract(epoch FROM t.now - p.seen_at)::float8 AS seen_s_ago,
-       (SELECT count(*) FROM job_runs r WHERE r.status = 'running' AND r.locked_by = p.id) AS running
-FROM fleet_processes p, t
+       (SELECT count(*) FROM fleet.job_runs r WHERE r.status = 'running' AND r.locked_by = p.id) AS running
+FROM fleet.processes p, t
 WHERE p.seen_at > t.now - make_interval(secs => %(stale_s)s)
 ORDER BY p.kind, p.id
 
@@ -111,7 +111,7 @@ ORDER BY p.kind, p.id
 -- A gate still held by a retried slot is released: the run takes it again when it is claimed.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 retried AS (
-    UPDATE job_runs r
+    UPDATE fleet.job_runs r
     SET status = 'pending', run_after = t.now, failures = 0, finished_at = NULL,
         locked_by = NULL, locked_until = NULL,
         last_outcome = CASE WHEN r.last_outcome = 'discarded' THEN 'dead' ELSE r.last_outcome END
@@ -123,7 +123,7 @@ retried AS (
     RETURNING r.schedule_name, r.scheduled_for
 ),
 ungate AS (
-    UPDATE schedules s SET running_slot = NULL
+    UPDATE fleet.schedules s SET running_slot = NULL
     FROM retried x
     WHERE s.name = x.schedule_name AND s.running_slot = x.scheduled_for
 )
@@ -134,7 +134,7 @@ SELECT scheduled_for FROM retried ORDER BY scheduled_for
 -- longer counts as dead, `fleetctl prune` may delete it, its attempts stay until then, and
 -- `fleetctl retry` can still bring it back. A gate the slot still holds is released.
 WITH discarded AS (
-    UPDATE job_runs r
+    UPDATE fleet.job_runs r
     SET status = 'skipped', last_outcome = 'discarded',
         last_error = left('discarded by an operator; the run was dead: ' || coalesce(r.last_error, '?'), 4000)
     WHERE r.schedule_name = %(name)s
@@ -143,7 +143,7 @@ WITH discarded AS (
     RETURNING r.schedule_name, r.scheduled_for
 ),
 ungate AS (
-    UPDATE schedules s SET running_slot = NULL
+    UPDATE fleet.schedules s SET running_slot = NULL
     FROM discarded x
     WHERE s.name = x.schedule_name AND s.running_slot = x.scheduled_for
 )
@@ -155,10 +155,10 @@ SELECT scheduled_for FROM discarded ORDER BY scheduled_for
 -- instead (an operator's run is never dropped for overlap).
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 ins AS (
-    INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, origin, run_after)
+    INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, origin, run_after)
     SELECT s.name, date_trunc('second', t.now), s.job, s.args,
            CASE WHEN s.overlap = 'skip' THEN 'queue' ELSE s.overlap END, 'trigger', t.now
-    FROM schedules s, t
+    FROM fleet.schedules s, t
     WHERE s.name = %(name)s
     ON CONFLICT DO NOTHING
     RETURNING scheduled_for
@@ -169,10 +169,10 @@ SELECT date_trunc('second', t.now) AS slot, (SELECT count(*) FROM ins) AS create
 -- Past slots that have no row yet, created pending and due now (origin 'backfill'). Under overlap
 -- 'skip' they queue, so they run one after the other instead of being skipped.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
-INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, origin, run_after)
+INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, origin, run_after)
 SELECT s.name, v.slot, s.job, s.args, CASE WHEN s.overlap = 'skip' THEN 'queue' ELSE s.overlap END,
        'backfill', t.now
-FROM schedules s, t, unnest(%(slots)s::timestamptz[]) AS v(slot)
+FROM fleet.schedules s, t, unnest(%(slots)s::timestamptz[]) AS v(slot)
 WHERE s.name = %(name)s
 ON CONFLICT DO NOTHING
 RETURNING scheduled_for
@@ -181,14 +181,14 @@ RETURNING scheduled_for
 -- What pruning never deletes: per schedule, the newest successful run and the newest finished run,
 -- which the health numbers are computed from.
 SELECT s.name, d.scheduled_for AS done_slot, f.scheduled_for AS finished_slot
-FROM schedules s
+FROM fleet.schedules s
 LEFT JOIN LATERAL (
-    SELECT r.scheduled_for FROM job_runs r
+    SELECT r.scheduled_for FROM fleet.job_runs r
     WHERE r.schedule_name = s.name AND r.status = 'done'
     ORDER BY r.scheduled_for DESC LIMIT 1
 ) d ON true
 LEFT JOIN LATERAL (
-    SELECT r.scheduled_for FROM job_runs r
+    SELECT r.scheduled_for FROM fleet.job_runs r
     WHERE r.schedule_name = s.name AND r.status IN ('done', 'dead', 'skipped')
     ORDER BY r.scheduled_for DESC LIMIT 1
 ) f ON true
@@ -203,7 +203,7 @@ WITH keep AS (
 ),
 batch AS (
     SELECT r.schedule_name, r.scheduled_for, r.finished_at
-    FROM job_runs r
+    FROM fleet.job_runs r
     WHERE r.status IN ('done', 'dead', 'skipped') AND r.status <> 'dead'
       AND r.finished_at < %(cutoff)s AND r.finished_at >= %(after)s
       AND (%(schedule)s::text IS NULL OR r.schedule_name = %(schedule)s)
@@ -213,13 +213,13 @@ batch AS (
     FOR UPDATE OF r SKIP LOCKED
 ),
 attempts AS (
-    DELETE FROM job_attempts a
+    DELETE FROM fleet.job_attempts a
     USING batch b
     WHERE a.schedule_name = b.schedule_name AND a.scheduled_for = b.scheduled_for
     RETURNING 1
 ),
 runs AS (
-    DELETE FROM job_runs r
+    DELETE FROM fleet.job_runs r
     USING batch b
     WHERE r.schedule_name = b.schedule_name AND r.scheduled_for = b.scheduled_for
     RETURNING b.finished_at
@@ -236,11 +236,11 @@ SELECT r.schedule_name, r.status::text AS status, r.origin,
        extract(epoch FROM coalesce(a1.started_at, CASE WHEN r.attempts = 1 THEN r.started_at END)
                           - r.scheduled_for)::float8 AS start_lag_s,
        coalesce(h.outcomes, '{}'::text[]) AS outcomes
-FROM job_runs r
-LEFT JOIN job_attempts a1
+FROM fleet.job_runs r
+LEFT JOIN fleet.job_attempts a1
        ON a1.schedule_name = r.schedule_name AND a1.scheduled_for = r.scheduled_for AND a1.attempt = 1
 LEFT JOIN LATERAL (
-    SELECT array_agg(coalesce(a.outcome, 'unknown')) AS outcomes FROM job_attempts a
+    SELECT array_agg(coalesce(a.outcome, 'unknown')) AS outcomes FROM fleet.job_attempts a
     WHERE a.schedule_name = r.schedule_name AND a.scheduled_for = r.scheduled_for
 ) h ON true
 WHERE r.status IN ('done', 'dead', 'skipped')
@@ -249,7 +249,7 @@ WHERE r.status IN ('done', 'dead', 'skipped')
 -- name: run_dead_list
 -- Dead runs an operator has not retried or discarded yet, oldest first.
 SELECT r.schedule_name, r.scheduled_for, r.attempts, r.failures, r.finished_at, r.last_error, r.trace_id
-FROM job_runs r
+FROM fleet.job_runs r
 WHERE r.status = 'dead' AND (cardinality(%(names)s::text[]) = 0 OR r.schedule_name = ANY(%(names)s::text[]))
 ORDER BY r.finished_at, r.schedule_name, r.scheduled_for
 LIMIT %(limit)s

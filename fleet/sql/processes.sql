@@ -1,14 +1,14 @@
 -- Statements on `fleet_processes`: the registry of live tickers and workers.
 
 -- name: process_register
-INSERT INTO fleet_processes (id, kind, host, pid, jobs, running, started_at, seen_at)
+INSERT INTO fleet.processes (id, kind, host, pid, jobs, running, started_at, seen_at)
 VALUES (%(id)s, %(kind)s, %(host)s, %(pid)s, %(jobs)s, 0, now(), now())
 ON CONFLICT (id) DO UPDATE
 SET kind = excluded.kind, host = excluded.host, pid = excluded.pid, jobs = excluded.jobs, running = 0,
     started_at = now(), seen_at = now()
 
 -- name: process_touch
-UPDATE fleet_processes SET seen_at = now(), running = %(running)s WHERE id = %(id)s
+UPDATE fleet.processes SET seen_at = now(), running = %(running)s WHERE id = %(id)s
 
 -- name: process_remove
-DELETE FROM fleet_processes WHERE id = %(id)s
+DELETE FROM fleet.processes WHERE id = %(id)s

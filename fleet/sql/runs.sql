@@ -1,14 +1,14 @@
 -- Statements on `job_runs` and `job_attempts`: materialising slots, claiming, heartbeats, finishing.
 
 -- name: slot_materialize
-INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, origin, status, run_after, finished_at,
+INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, origin, status, run_after, finished_at,
                       last_error, created_trace_id, created_span_id)
-SELECT v.name, v.slot, s.job, s.args, s.overlap, %(origin)s, v.status::fleet_run_status, v.slot,
+SELECT v.name, v.slot, s.job, s.args, s.overlap, %(origin)s, v.status::fleet.run_status, v.slot,
        CASE WHEN v.status = 'skipped' THEN coalesce(%(now)b::timestamptz, now()) END, v.reason,
        %(trace_id)s, %(span_id)s
 FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(statuses)b::text[], %(reasons)b::text[])
      AS v(name, slot, status, reason)
-JOIN schedules s ON s.name = v.name
+JOIN fleet.schedules s ON s.name = v.name
 ON CONFLICT DO NOTHING
 RETURNING schedule_name, scheduled_for, status::text AS status
 
@@ -31,7 +31,7 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 
 -- name: run_claim
 -- Claim due runs: pending and due, or running with an expired lease, by one path. Runs of a
--- schedule whose overlap is not 'allow' must also take the schedule's gate (schedules.running_slot);
+-- schedule whose overlap is not 'allow' must also take the schedule's gate (fleet.schedules.running_slot);
 -- a fresh run that finds the gate held by another run is recorded 'skipped' under overlap 'skip'
 -- and left pending under 'queue'.
 --
@@ -45,7 +45,7 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- run recorded skipped (then only its key is set). Empty args come back as NULL: nothing to decode.
 WITH expired AS (
     SELECT r.*
-    FROM job_runs r
+    FROM fleet.job_runs r
     WHERE r.status = 'running' AND r.locked_until < coalesce(%(now)b::timestamptz, now())
       AND r.job = ANY(%(jobs)b::text[])
     ORDER BY r.locked_until
@@ -54,11 +54,11 @@ WITH expired AS (
 ),
 due AS (
     SELECT r.*
-    FROM job_runs r
+    FROM fleet.job_runs r
     WHERE r.status = 'pending' AND r.run_after <= coalesce(%(now)b::timestamptz, now())
       AND r.job = ANY(%(jobs)b::text[])
       AND (r.overlap <> 'queue' OR NOT EXISTS (
-              SELECT 1 FROM job_runs e
+              SELECT 1 FROM fleet.job_runs e
               WHERE e.schedule_name = r.schedule_name AND e.scheduled_for < r.scheduled_for
                 AND e.status IN ('pending', 'running')))
     ORDER BY r.run_after
@@ -67,16 +67,16 @@ due AS (
 ),
 cand AS (SELECT * FROM expired UNION ALL SELECT * FROM due LIMIT %(limit)s),
 gate AS (
-    UPDATE schedules s SET running_slot = c.scheduled_for
+    UPDATE fleet.schedules s SET running_slot = c.scheduled_for
     FROM (SELECT DISTINCT ON (c.schedule_name) c.schedule_name, c.scheduled_for
-          FROM cand c JOIN schedules s2 ON s2.name = c.schedule_name
+          FROM cand c JOIN fleet.schedules s2 ON s2.name = c.schedule_name
           WHERE c.overlap <> 'allow'
           ORDER BY c.schedule_name, (c.scheduled_for = s2.running_slot) IS TRUE DESC, c.scheduled_for) c
     WHERE s.name = c.schedule_name AND (s.running_slot IS NULL OR s.running_slot = c.scheduled_for)
     RETURNING s.name, s.running_slot
 ),
 claimed AS (
-    UPDATE job_runs r
+    UPDATE fleet.job_runs r
     SET status = 'running',
         attempts = r.attempts + 1,
         -- a lease that ran out spent a try: the attempt crashed or stalled
@@ -98,7 +98,7 @@ claimed AS (
               r.origin, r.started_at, r.trace_id, r.span_id, r.created_trace_id, r.created_span_id
 ),
 skipped AS (
-    UPDATE job_runs r
+    UPDATE fleet.job_runs r
     SET status = 'skipped', finished_at = coalesce(%(now)b::timestamptz, now()), last_outcome = 'skipped',
         last_error = 'overlap: an earlier run of this schedule was still in progress'
     FROM (SELECT c.schedule_name, c.scheduled_for FROM cand c
@@ -116,7 +116,7 @@ out AS (
 ),
 lost AS (
     -- The previous attempt of a reclaimed run died with its worker: record it from the row.
-    INSERT INTO job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid, started_at,
+    INSERT INTO fleet.job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid, started_at,
                               finished_at, outcome, error, trace_id, span_id)
     SELECT o.schedule_name, o.scheduled_for, o.prev_attempts, coalesce(o.prev_worker, '?'), o.prev_host,
            o.prev_pid, coalesce(o.prev_started_at, o.started_at), o.started_at, 'lease_expired',
@@ -126,7 +126,7 @@ lost AS (
     ON CONFLICT DO NOTHING
 )
 SELECT o.*, s.timeout, s.max_attempts, s.retry_base, s.retry_cap, NULL::text AS skipped_reason
-FROM out o JOIN schedules s ON s.name = o.schedule_name
+FROM out o JOIN fleet.schedules s ON s.name = o.schedule_name
 UNION ALL
 SELECT k.schedule_name, k.scheduled_for, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'overlap'
@@ -140,7 +140,7 @@ FROM skipped k
 -- take that worker's run for its own. run_finish tests both the same way.
 -- The status test is on its text so that no partial index of running rows can stand in for the
 -- primary key: the rows are found by key, one index probe each, however stale the statistics.
-UPDATE job_runs r
+UPDATE fleet.job_runs r
 SET locked_until = coalesce(%(now)b::timestamptz, now()) + make_interval(secs => %(lease_s)s)
 FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(attempts)b::integer[]) AS v(name, slot, attempt)
 WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.attempts = v.attempt
@@ -151,7 +151,7 @@ RETURNING r.schedule_name, r.scheduled_for, r.attempts
 -- A worker claimed again an attempt it still runs (its first claim's commit was lost): the row keeps
 -- the running attempt's start and trace ids, so its history and `fleetctl trace` name the span that
 -- is exported. Fenced like a heartbeat.
-UPDATE job_runs
+UPDATE fleet.job_runs
 SET started_at = %(started_at)s, trace_id = %(trace_id)s, span_id = %(span_id)s
 WHERE schedule_name = %(name)s AND scheduled_for = %(slot)s AND attempts = %(attempt)s
   AND status::text = 'running' AND locked_by = %(worker)s
@@ -185,8 +185,8 @@ WITH v AS MATERIALIZED (
          WITH ORDINALITY AS o(name, slot, attempt, status, outcome, error, delay_s, spent, i)
 ),
 fin AS (
-    UPDATE job_runs r
-    SET status = v.status::fleet_run_status,
+    UPDATE fleet.job_runs r
+    SET status = v.status::fleet.run_status,
         run_after = CASE WHEN v.status = 'pending'
                          THEN coalesce(%(now)b::timestamptz, now()) + make_interval(secs => v.delay_s)
                          ELSE r.run_after END,
@@ -205,14 +205,14 @@ fin AS (
               r.started_at, r.trace_id, r.span_id, v.outcome, v.error, v.i
 ),
 history AS (
-    INSERT INTO job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid, started_at,
+    INSERT INTO fleet.job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid, started_at,
                               finished_at, outcome, error, trace_id, span_id)
     SELECT f.schedule_name, f.scheduled_for, f.attempts, %(worker)s, %(host)s, %(pid)s, f.started_at,
            coalesce(%(now)b::timestamptz, now()), f.outcome, f.error, f.trace_id, f.span_id
     FROM fin f
 ),
 ungate AS (
-    UPDATE schedules s SET running_slot = NULL
+    UPDATE fleet.schedules s SET running_slot = NULL
     FROM fin f
     WHERE f.status IN ('done', 'dead') AND f.overlap <> 'allow'
       AND s.name = f.schedule_name AND s.running_slot = f.scheduled_for
@@ -228,6 +228,6 @@ FROM fin f
 -- name: run_next_wait
 -- Seconds from now() to the earliest moment a run becomes claimable (due, or lease expiring).
 SELECT extract(epoch FROM least(
-           (SELECT min(run_after) FROM job_runs WHERE status = 'pending' AND job = ANY(%(jobs)b::text[])),
-           (SELECT min(locked_until) FROM job_runs WHERE status = 'running' AND job = ANY(%(jobs)b::text[])))
+           (SELECT min(run_after) FROM fleet.job_runs WHERE status = 'pending' AND job = ANY(%(jobs)b::text[])),
+           (SELECT min(locked_until) FROM fleet.job_runs WHERE status = 'running' AND job = ANY(%(jobs)b::text[])))
        - coalesce(%(now)b::timestamptz, now()))::float8 AS wait_s

@@ -7,10 +7,10 @@ SELECT pg_advisory_xact_lock(7306030331985225057)
 SELECT coalesce(%(now)s::timestamptz, now()) AS now
 
 -- name: schedule_existing
-SELECT name, timing_hash, enabled, next_run_at FROM schedules ORDER BY name FOR UPDATE
+SELECT name, timing_hash, enabled, next_run_at FROM fleet.schedules ORDER BY name FOR UPDATE
 
 -- name: schedule_insert
-INSERT INTO schedules (name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
+INSERT INTO fleet.schedules (name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
                        max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
                        next_run_at, timing_hash)
 VALUES (%(name)s, %(every)s, %(cron)s, %(timezone)s, %(start_at)s, %(dst_repeated)s, %(dst_missing)s, %(job)s,
@@ -18,7 +18,7 @@ VALUES (%(name)s, %(every)s, %(cron)s, %(timezone)s, %(start_at)s, %(dst_repeate
         %(retry_base)s, %(retry_cap)s, %(next_run_at)s, %(timing_hash)s)
 
 -- name: schedule_update
-UPDATE schedules
+UPDATE fleet.schedules
 SET every = %(every)s, cron = %(cron)s, timezone = %(timezone)s, start_at = %(start_at)s,
     dst_repeated = %(dst_repeated)s, dst_missing = %(dst_missing)s, job = %(job)s, args = %(args)s,
     catchup = %(catchup)s, max_lateness = %(max_lateness)s, grace = %(grace)s, overlap = %(overlap)s,
@@ -36,7 +36,7 @@ WHERE name = %(name)s
        %(timing_hash)s::text)
 
 -- name: schedule_disable_missing
-UPDATE schedules SET enabled = false, updated_at = now()
+UPDATE fleet.schedules SET enabled = false, updated_at = now()
 WHERE enabled AND NOT (name = ANY(%(names)s::text[]))
 RETURNING name
 
@@ -46,14 +46,14 @@ SELECT pg_notify('fleet_schedules', '')
 -- name: schedule_due
 SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing, s.catchup,
        s.max_lateness, s.grace, s.next_run_at, t.now AS db_now
-FROM schedules s, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
+FROM fleet.schedules s, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
 WHERE s.enabled AND s.paused_at IS NULL AND s.next_run_at <= t.now
 ORDER BY s.next_run_at
 LIMIT %(limit)s
 FOR UPDATE OF s SKIP LOCKED
 
 -- name: schedule_advance
-UPDATE schedules s
+UPDATE fleet.schedules s
 SET next_run_at = v.next_run_at, missed_slots = s.missed_slots + v.missed
 FROM unnest(%(names)s::text[], %(next_run_ats)s::timestamptz[], %(missed)s::bigint[])
      AS v(name, next_run_at, missed)
@@ -62,5 +62,5 @@ WHERE s.name = v.name
 -- name: schedule_next_wait
 -- Seconds from the database's now() to the earliest next slot, for the ticker's sleep.
 SELECT extract(epoch FROM min(next_run_at) - coalesce(%(now)s::timestamptz, now()))::float8 AS wait_s
-FROM schedules
+FROM fleet.schedules
 WHERE enabled AND paused_at IS NULL

@@ -20,7 +20,7 @@ def add_schedule(
 ) -> None:
     """A schedule that never comes due by itself (runs are inserted for it), overlap allowed."""
     conn.execute(
-        "INSERT INTO schedules (name, every, job, args, overlap, max_attempts, next_run_at, timing_hash) "
+        "INSERT INTO fleet.schedules (name, every, job, args, overlap, max_attempts, next_run_at, timing_hash) "
         "VALUES (%s, interval '1 day', %s, %s::jsonb, 'allow', %s, '2999-01-01', '')",
         (name, job, orjson.dumps(args or {}).decode(), max_attempts),
     )
@@ -31,7 +31,7 @@ def insert_runs(
 ) -> None:
     """`n` pending runs, due now."""
     conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
         "SELECT %s, %s::timestamptz + make_interval(secs => g), %s, 'allow', now() "
         "FROM generate_series(%s::int, %s::int) g",
         (schedule, SLOT_BASE, job, first, first + n - 1),
@@ -41,7 +41,7 @@ def insert_runs(
 def insert_history(conn: psycopg.Connection[Any], n: int, schedule: str = "history") -> None:
     """`n` finished runs (done, with their times), as a long-running installation accumulates them."""
     conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, status, attempts, run_after, "
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, status, attempts, run_after, "
         "                      started_at, finished_at, last_outcome) "
         "SELECT %s, t, 'bench.noop', 'allow', 'done', 1, t, t, t + interval '10 ms', 'done' "
         "FROM (SELECT '2020-01-01 00:00:00+00'::timestamptz + make_interval(secs => g) AS t "
@@ -52,7 +52,7 @@ def insert_history(conn: psycopg.Connection[Any], n: int, schedule: str = "histo
 
 def reset_runs(conn: psycopg.Connection[Any]) -> None:
     """Empty job_runs and job_attempts (and forget processes), then vacuum and analyze."""
-    conn.execute("TRUNCATE job_attempts, job_runs")
-    conn.execute("DELETE FROM fleet_processes")
-    conn.execute("VACUUM ANALYZE job_runs")
-    conn.execute("VACUUM ANALYZE job_attempts")
+    conn.execute("TRUNCATE fleet.job_attempts, fleet.job_runs")
+    conn.execute("DELETE FROM fleet.processes")
+    conn.execute("VACUUM ANALYZE fleet.job_runs")
+    conn.execute("VACUUM ANALYZE fleet.job_attempts")

@@ -22,10 +22,10 @@ from loadtest.bench.report import Report, median
 from loadtest.bench.server import busy_cpu_s, checkpoint, serves_locally, settle_stats, wait_until
 
 POLL_S = 0.2
-OPEN_RUNS = "SELECT EXISTS (SELECT 1 FROM job_runs WHERE status IN ('pending', 'running')) AS open"
+OPEN_RUNS = "SELECT EXISTS (SELECT 1 FROM fleet.job_runs WHERE status IN ('pending', 'running')) AS open"
 DONE_RUNS = (
     "SELECT count(*) AS n, extract(epoch FROM max(finished_at) - min(started_at))::float8 AS s "
-    "FROM job_attempts WHERE outcome = 'done'"
+    "FROM fleet.job_attempts WHERE outcome = 'done'"
 )
 
 
@@ -85,7 +85,7 @@ def drain_trial(
             with connect(url, "fleet-bench prepare") as conn:
                 conn.autocommit = True
                 for table in tables:
-                    conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(table)))
+                    conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(*table.split("."))))
                 checkpoint(conn)
             settle_stats()
             before = bench.server.transactions(url)
@@ -129,7 +129,7 @@ class FleetDrain:
         workers: int,
         key: str = "",
         reset: Callable[[psycopg.Connection[Any]], None] = reset_runs,
-        vacuum: tuple[str, ...] = ("job_runs",),
+        vacuum: tuple[str, ...] = ("fleet.job_runs",),
     ) -> None:
         self.url = url
         self.vacuum = vacuum

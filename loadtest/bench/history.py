@@ -20,11 +20,11 @@ WORKERS = 2
 
 def reset_keeping_history(conn: psycopg.Connection[Any]) -> None:
     """Remove the previous trial's runs but not the history (the same steps on both databases)."""
-    conn.execute("DELETE FROM job_attempts")
-    conn.execute("DELETE FROM job_runs WHERE schedule_name = 'bench'")
-    conn.execute("DELETE FROM fleet_processes")
-    conn.execute("VACUUM ANALYZE job_runs")
-    conn.execute("VACUUM ANALYZE job_attempts")
+    conn.execute("DELETE FROM fleet.job_attempts")
+    conn.execute("DELETE FROM fleet.job_runs WHERE schedule_name = 'bench'")
+    conn.execute("DELETE FROM fleet.processes")
+    conn.execute("VACUUM ANALYZE fleet.job_runs")
+    conn.execute("VACUUM ANALYZE fleet.job_attempts")
 
 
 def run(bench: Bench, report: Report) -> None:
@@ -38,10 +38,10 @@ def run(bench: Bench, report: Report) -> None:
     with connect(full, "fleet-bench") as conn:
         t0 = time.monotonic()
         insert_history(conn, rows)
-        conn.execute("VACUUM ANALYZE job_runs")
+        conn.execute("VACUUM ANALYZE fleet.job_runs")
         checkpoint(conn)
         built_s = time.monotonic() - t0
-        size = conn.execute("SELECT pg_total_relation_size('job_runs') AS b").fetchone()
+        size = conn.execute("SELECT pg_total_relation_size('fleet.job_runs') AS b").fetchone()
     print(
         f"  history: {rows:,} finished rows in {built_s:.0f}s, job_runs {int(size['b']) / 2**20:,.0f} MiB"
         if size
@@ -70,7 +70,7 @@ def run(bench: Bench, report: Report) -> None:
             trials=rates,
         )
     report.note(
-        f"history: {rows:,} finished runs bulk-inserted (generate_series) into job_runs, then VACUUM "
+        f"history: {rows:,} finished runs bulk-inserted (generate_series) into fleet.job_runs, then VACUUM "
         "ANALYZE; each trial deletes the previous trial's runs and runs VACUUM ANALYZE on both databases "
         f"alike, then drains a backlog of {n:,} with {WORKERS} workers, as it arrives (not vacuumed after "
         "loading); the two databases' trials are interleaved"

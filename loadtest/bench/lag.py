@@ -8,13 +8,13 @@ import time
 from collections.abc import Callable, Sequence
 
 from fleet.db import connect
+from fleet.ops.apply import apply_specs
 from fleet.schedfile import load
 from loadtest.bench import stamps
 from loadtest.bench.config import WORKER_FLAGS, Bench
 from loadtest.bench.procs import env_for, fleet_cmd
 from loadtest.bench.report import Report, percentile
 from loadtest.bench.server import wait_until
-from ops.apply import apply_specs
 
 BURST = 1_000
 BURST_EVERY_S = 10
@@ -46,7 +46,7 @@ def fleet_lag(
         def ready_all() -> bool:
             # Every process registered itself, and every worker waits for wake-ups in LISTEN.
             with connect(url, "fleet-bench") as c:
-                row = c.execute("SELECT count(*) AS n FROM fleet_processes").fetchone()
+                row = c.execute("SELECT count(*) AS n FROM fleet.processes").fetchone()
             return bool(row and row["n"] >= len(procs)) and bench.server.listeners(url) >= workers
 
         wait_until(ready_all, 60, "the ticker and workers to be ready", 0.2, bench.procs, procs)
@@ -62,7 +62,7 @@ def fleet_lag(
     to_start = [start - slot for slot, start in kept]
     with connect(url, "fleet-bench") as conn:
         rows = conn.execute(
-            "SELECT extract(epoch FROM started_at - scheduled_for)::float8 AS lag FROM job_runs "
+            "SELECT extract(epoch FROM started_at - scheduled_for)::float8 AS lag FROM fleet.job_runs "
             "WHERE started_at IS NOT NULL AND scheduled_for BETWEEN to_timestamp(%s) AND to_timestamp(%s)",
             (ready, last),
         ).fetchall()

@@ -104,7 +104,7 @@ def measure(bench: Bench, url: str, script: Script, clients: int) -> Measured:
     with connect(url, "fleet-bench") as conn:
         reset_runs(conn)
         insert_runs(conn, rows)
-        conn.execute("VACUUM ANALYZE job_runs")
+        conn.execute("VACUUM ANALYZE fleet.job_runs")
         checkpoint(conn)
     busy = busy_cpu_s()
     tps = run_pgbench(url, script, clients, per_run)
@@ -112,7 +112,7 @@ def measure(bench: Bench, url: str, script: Script, clients: int) -> Measured:
     if not script.batch:
         return Measured(tps, busy, per_run * clients)
     with connect(url, "fleet-bench") as conn:
-        row = conn.execute("SELECT count(*) AS n FROM job_runs WHERE status = 'done'").fetchone()
+        row = conn.execute("SELECT count(*) AS n FROM fleet.job_runs WHERE status = 'done'").fetchone()
     expected = per_run * clients * script.batch
     floor = expected - clients * script.batch  # finish+claim leaves its last claim running
     if not row or not floor <= row["n"] <= expected:

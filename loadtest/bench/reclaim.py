@@ -33,7 +33,7 @@ class Slot:
     def insert(self) -> None:
         with self.conn.transaction():
             self.conn.execute(
-                "INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
+                "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
                 "VALUES ('reclaim', %s::timestamptz + make_interval(secs => %s), 'bench.sleep', %s::jsonb, "
                 "        'allow', now())",
                 (SLOT_BASE, self.k, orjson.dumps({"seconds": JOB_S}).decode()),
@@ -42,7 +42,7 @@ class Slot:
 
     def row(self) -> dict[str, Any]:
         r = self.conn.execute(
-            "SELECT status::text AS status, attempts, locked_by, started_at FROM job_runs "
+            "SELECT status::text AS status, attempts, locked_by, started_at FROM fleet.job_runs "
             "WHERE schedule_name = 'reclaim' AND scheduled_for = %s::timestamptz + make_interval(secs => %s)",
             (SLOT_BASE, self.k),
         ).fetchone()

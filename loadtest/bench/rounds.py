@@ -23,13 +23,13 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from fleet.db import connect, resolve_url
+from fleet.worker.attempt import Attempt, Outcome
+from fleet.worker.finish import DONE
+from fleet.worker.loop import run_round
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
 from loadtest.bench.procs import ROOT
 from loadtest.bench.report import median
 from loadtest.bench.server import Server, checkpoint, serves_locally
-from worker.attempt import Attempt, Outcome
-from worker.finish import DONE
-from worker.loop import run_round
 
 BATCHES = (25, 50, 100)
 SCRIPT = Path(__file__).resolve().parent.parent / "pgbench_finish_claim.sql"
@@ -88,7 +88,7 @@ def trial(url: str, make: Callable[[], Round], size: int, runs: int) -> float:
     with connect(url, "fleet-bench rounds") as conn:
         reset_runs(conn)
         insert_runs(conn, runs)
-        conn.execute("VACUUM ANALYZE job_runs")
+        conn.execute("VACUUM ANALYZE fleet.job_runs")
         checkpoint(conn)
     one = make()
     with connect(url, "fleet-bench rounds", prepare=True) as conn:

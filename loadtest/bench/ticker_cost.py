@@ -8,18 +8,18 @@ import time
 import psycopg
 
 from fleet.db import connect
+from fleet.ops.apply import apply_specs
 from fleet.schedfile import load
 from fleet.settings import DEFAULT_CATCHUP_LIMIT, DEFAULT_TICK_BATCH
+from fleet.ticker.tick import run_once
 from loadtest.bench.config import Bench
 from loadtest.bench.procs import env_for, fleet_cmd
 from loadtest.bench.report import Report, median
 from loadtest.bench.server import wait_until
-from ops.apply import apply_specs
-from ticker.tick import run_once
 
 
 def _runs(conn: psycopg.Connection[dict[str, object]]) -> int:
-    row = conn.execute("SELECT count(*) AS n FROM job_runs").fetchone()
+    row = conn.execute("SELECT count(*) AS n FROM fleet.job_runs").fetchone()
     return int(str(row["n"])) if row else 0
 
 
@@ -36,10 +36,10 @@ def materialise(url: str, margin_s: float = MINUTE_MARGIN_S) -> tuple[int, float
         second = float(row["s"]) if row else 0.0
         if second > 60 - margin_s:
             time.sleep(60.5 - second)
-        conn.execute("TRUNCATE job_attempts, job_runs")
-        conn.execute("UPDATE schedules SET next_run_at = date_trunc('minute', now())")
-        conn.execute("VACUUM ANALYZE schedules")
-        conn.execute("VACUUM ANALYZE job_runs")
+        conn.execute("TRUNCATE fleet.job_attempts, fleet.job_runs")
+        conn.execute("UPDATE fleet.schedules SET next_run_at = date_trunc('minute', now())")
+        conn.execute("VACUUM ANALYZE fleet.schedules")
+        conn.execute("VACUUM ANALYZE fleet.job_runs")
     created = 0
     with connect(url, "fleet-bench ticker", prepare=True) as conn:
         started = time.monotonic()
@@ -82,9 +82,9 @@ def run(bench: Bench, report: Report) -> None:
     # CPU: a real fleet-ticker, from the end of one minute's burst to the end of a later one.
     cycles = 1 if bench.opts.quick else 2
     with connect(url, "fleet-bench") as conn:
-        conn.execute("TRUNCATE job_attempts, job_runs")
-        conn.execute("UPDATE schedules SET next_run_at = date_trunc('minute', now()) + interval '1 minute'")
-        conn.execute("VACUUM ANALYZE schedules")
+        conn.execute("TRUNCATE fleet.job_attempts, fleet.job_runs")
+        conn.execute("UPDATE fleet.schedules SET next_run_at = date_trunc('minute', now()) + interval '1 minute'")
+        conn.execute("VACUUM ANALYZE fleet.schedules")
         ticker = bench.procs.start(fleet_cmd("fleet-ticker"), env_for(url), bench.log("ticker-cpu"))
         try:
             wait_until(lambda: _runs(conn) >= n, 150, "the first minute's slots", 0.5, bench.procs, [ticker])

@@ -9,7 +9,7 @@ import orjson
 import psycopg
 import pytest
 
-from ops.cli import main
+from fleet.ops.cli import main
 
 
 def fleetctl(capsys: pytest.CaptureFixture[str], db_url: str, *args: str) -> tuple[int, str, str]:
@@ -48,7 +48,7 @@ def add_run(
     ended attempt row per attempt."""
     finished_sql = finished if status in ("done", "dead", "skipped") and finished else "NULL"
     conn.execute(
-        f"INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, status, attempts, failures,"
+        f"INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, status, attempts, failures,"
         f" run_after, started_at, finished_at, last_outcome, last_error) "
         f"VALUES (%s, %s, %s, %s, %s, %s, %s, {run_after}, CASE WHEN %s > 0 THEN {run_after} END, "
         f" {finished_sql}, %s, %s)",
@@ -68,7 +68,7 @@ def add_run(
     if history:
         for n in range(1, attempts + 1):
             conn.execute(
-                "INSERT INTO job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid,"
+                "INSERT INTO fleet.job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid,"
                 " started_at, finished_at, outcome, error, trace_id) "
                 "VALUES (%s, %s, %s, %s, 'h', 1, now(), now(), %s, %s, %s)",
                 (
@@ -86,7 +86,7 @@ def add_run(
 def snapshot(conn: psycopg.Connection[Any]) -> list[Any]:
     """Everything an operator command could change, to check that a refused one changed nothing."""
     return [
-        conn.execute("SELECT * FROM schedules ORDER BY name").fetchall(),
-        conn.execute("SELECT * FROM job_runs ORDER BY schedule_name, scheduled_for").fetchall(),
-        conn.execute("SELECT * FROM job_attempts ORDER BY schedule_name, scheduled_for, attempt").fetchall(),
+        conn.execute("SELECT * FROM fleet.schedules ORDER BY name").fetchall(),
+        conn.execute("SELECT * FROM fleet.job_runs ORDER BY schedule_name, scheduled_for").fetchall(),
+        conn.execute("SELECT * FROM fleet.job_attempts ORDER BY schedule_name, scheduled_for, attempt").fetchall(),
     ]

@@ -25,7 +25,7 @@ def fleetctl(db_url: str, *args: str, cwd: Path | None = None) -> subprocess.Com
 
 
 def snapshot(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
-    return conn.execute("SELECT * FROM schedules ORDER BY name").fetchall()
+    return conn.execute("SELECT * FROM fleet.schedules ORDER BY name").fetchall()
 
 
 BAD_CASES = {
@@ -90,11 +90,11 @@ def test_apply_creates_updates_replans_and_prunes(db_url: str, conn: psycopg.Con
     f.write_text(GOOD.replace('job = "noop"', 'job = "noop2"'))
     third = fleetctl(db_url, "apply", str(f), "--prune")
     assert "updated: keep" in third.stdout and "disabled: other" in third.stdout
-    assert scalar(conn, "SELECT enabled FROM schedules WHERE name = 'other'") is False
+    assert scalar(conn, "SELECT enabled FROM fleet.schedules WHERE name = 'other'") is False
     f.write_text(GOOD.replace('"5m"', '"10m"'))
     fourth = fleetctl(db_url, "apply", str(f))
     assert "replanned: keep" in fourth.stdout
-    nxt = scalar(conn, "SELECT next_run_at FROM schedules WHERE name = 'keep'")
+    nxt = scalar(conn, "SELECT next_run_at FROM fleet.schedules WHERE name = 'keep'")
     assert nxt.timestamp() % 600 == 0
 
 
@@ -108,4 +108,4 @@ def test_migrate_twice_and_concurrently_is_safe(db_url: str, conn: psycopg.Conne
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
     results = [p.communicate(timeout=60) for p in procs]
     assert all(p.returncode == 0 for p in procs), results
-    assert scalar(conn, "SELECT count(*) FROM fleet_migrations") >= 1
+    assert scalar(conn, "SELECT count(*) FROM fleet.migrations") >= 1

@@ -13,12 +13,12 @@ import psycopg
 import pytest
 
 from fleet.db import connect
+from fleet.worker.attempt import Attempt, Outcome
+from fleet.worker.claim import run_claim
+from fleet.worker.finish import DONE, decide, run_finish
+from fleet.worker.heartbeat import run_heartbeat
+from fleet.worker.loop import run_round
 from tests.support import apply_text, scalar
-from worker.attempt import Attempt, Outcome
-from worker.claim import run_claim
-from worker.finish import DONE, decide, run_finish
-from worker.heartbeat import run_heartbeat
-from worker.loop import run_round
 
 UTC = timezone.utc
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
@@ -43,7 +43,7 @@ def add_run(
     conn: psycopg.Connection[Any], name: str, slot: datetime, job: str = "noop", overlap: str = "allow"
 ) -> None:
     conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, run_after) VALUES (%s, %s, %s, %s, %s)",
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) VALUES (%s, %s, %s, %s, %s)",
         (name, slot, job, overlap, slot),
     )
 
@@ -60,7 +60,7 @@ def claim(
 
 def row(conn: psycopg.Connection[Any], name: str = "s", slot: datetime = T0) -> dict[str, Any]:
     r = conn.execute(
-        "SELECT * FROM job_runs WHERE schedule_name = %s AND scheduled_for = %s", (name, slot)
+        "SELECT * FROM fleet.job_runs WHERE schedule_name = %s AND scheduled_for = %s", (name, slot)
     ).fetchone()
     assert r is not None
     return r
@@ -75,7 +75,7 @@ def test_claim_takes_due_pending_runs_with_a_lease(conn: psycopg.Connection[Any]
     r = row(conn)
     assert (r["status"], r["attempts"], r["locked_by"]) == ("running", 1, "w1")
     assert r["locked_until"] == T0 + timedelta(seconds=1 + LEASE)
-    assert scalar(conn, "SELECT count(*) FROM job_attempts") == 0  # written when the attempt ends
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_attempts") == 0  # written when the attempt ends
     assert len(got[0].trace_id or "") == 32 and len(got[0].span_id or "") == 16
 
 
@@ -112,7 +112,7 @@ def test_expired_lease_is_reclaimed_and_the_stale_worker_is_fenced(conn: psycopg
     assert second.prev_span_id == first.span_id
     r = row(conn)
     assert (r["attempts"], r["failures"], r["locked_by"], r["last_outcome"]) == (2, 1, "w2", "lease_expired")
-    lost = conn.execute("SELECT outcome FROM job_attempts WHERE attempt = 1").fetchone()
+    lost = conn.execute("SELECT outcome FROM fleet.job_attempts WHERE attempt = 1").fetchone()
     assert lost == {"outcome": "lease_expired"}
     # The zombie's heartbeat and its finish match nothing.
     assert run_heartbeat(conn, [first], LEASE, "w1") == set()
@@ -233,7 +233,7 @@ def test_one_finish_records_a_mixed_batch_and_names_what_it_wrote(conn: psycopg.
     statuses = [row(conn, slot=s)["status"] for s in slots]
     assert statuses == ["pending", "done", "dead", "done", "running"]
     history = conn.execute(
-        "SELECT scheduled_for, outcome, error, trace_id FROM job_attempts ORDER BY scheduled_for"
+        "SELECT scheduled_for, outcome, error, trace_id FROM fleet.job_attempts ORDER BY scheduled_for"
     ).fetchall()
     assert [(h["scheduled_for"], h["outcome"]) for h in history] == [
         (slots[0], "failed"),
@@ -256,12 +256,12 @@ def test_a_round_is_one_transaction(conn: psycopg.Connection[Any]) -> None:
     with conn.pipeline():
         conn.execute(q("run_round_settings"))
         inside = conn.execute("SELECT current_setting('enable_seqscan') AS v")
-        conn.execute("UPDATE job_runs SET failures = 1")
+        conn.execute("UPDATE fleet.job_runs SET failures = 1")
     assert inside.fetchone() == {"v": "off"}
     assert conn.execute("SELECT current_setting('enable_seqscan') AS v").fetchone() == {"v": "on"}
     assert row(conn)["failures"] == 1
     with pytest.raises(psycopg.errors.DivisionByZero), conn.pipeline():
-        conn.execute("UPDATE job_runs SET failures = 2")
+        conn.execute("UPDATE fleet.job_runs SET failures = 2")
         conn.execute("SELECT 1 / 0")
     assert row(conn)["failures"] == 1
 
@@ -276,7 +276,7 @@ def test_a_finish_waiting_on_a_heartbeat_of_its_runs_records_every_run(db_url: s
     with connect(db_url, "setup") as c:
         schedule(c)
         c.execute(
-            "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
+            "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
             "SELECT 's', %s + make_interval(secs => g), 'noop', 'allow', now() FROM generate_series(1, %s) g",
             (T0, n * (rounds + 1)),
         )
@@ -313,5 +313,5 @@ def test_a_finish_waiting_on_a_heartbeat_of_its_runs_records_every_run(db_url: s
         t.join(10)
         assert not t.is_alive()
         assert done["written"] == set(range(1, n + 1))
-        assert scalar(check, "SELECT count(*) FROM job_runs WHERE status = 'running'") == 0
-        assert scalar(check, "SELECT count(*) FROM job_attempts") == n * rounds
+        assert scalar(check, "SELECT count(*) FROM fleet.job_runs WHERE status = 'running'") == 0
+        assert scalar(check, "SELECT count(*) FROM fleet.job_attempts") == n * rounds

@@ -8,9 +8,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from ops.inspect import schedule_health
-from tests.support import apply_text, scalar
+from fleet.ops.inspect import schedule_health
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json
+from tests.support import apply_text, scalar
 
 Cap = pytest.CaptureFixture[str]
 
@@ -24,14 +24,14 @@ def schedules(conn: psycopg.Connection[Any], *specs: tuple[str, str, str]) -> No
         ),
     )
     conn.execute(
-        "UPDATE schedules SET created_at = now() - interval '30 days',"
+        "UPDATE fleet.schedules SET created_at = now() - interval '30 days',"
         " updated_at = now() - interval '30 days'"
     )
 
 
 def live_worker(conn: psycopg.Connection[Any], *jobs: str, wid: str = "w1") -> None:
     conn.execute(
-        "INSERT INTO fleet_processes (id, kind, host, pid, jobs) VALUES (%s, 'worker', 'h', 1, %s)",
+        "INSERT INTO fleet.processes (id, kind, host, pid, jobs) VALUES (%s, 'worker', 'h', 1, %s)",
         (wid, list(jobs)),
     )
 
@@ -60,7 +60,7 @@ def test_each_verdict_with_its_numbers(capsys: Cap, db_url: str, conn: psycopg.C
     )
     add_run(conn, "backlog", now - timedelta(minutes=2), "pending", run_after="now() - interval '90 seconds'")
     add_run(conn, "noworker", now, "pending", job="unknown.job", finished=None, history=False)
-    conn.execute("UPDATE schedules SET paused_at = now() - interval '5 days' WHERE name = 'paused'")
+    conn.execute("UPDATE fleet.schedules SET paused_at = now() - interval '5 days' WHERE name = 'paused'")
 
     code, payload = fleetctl_json(capsys, db_url, "status")
     assert code == 1
@@ -113,7 +113,7 @@ def test_a_new_schedule_is_not_late_before_it_could_succeed(conn: psycopg.Connec
 def test_late_is_measured_on_a_cron_schedule_own_cadence(conn: psycopg.Connection[Any]) -> None:
     # weekdays at 09:00: Friday to Monday is a 72-hour gap, Monday to Tuesday 24 hours
     apply_text(conn, '[[schedule]]\nname = "weekdays"\ncron = "0 9 * * 1-5"\njob = "noop"\n')
-    conn.execute("UPDATE schedules SET created_at = '2026-01-01', updated_at = '2026-01-01'")
+    conn.execute("UPDATE fleet.schedules SET created_at = '2026-01-01', updated_at = '2026-01-01'")
     friday = datetime(2026, 3, 6, 9, 0, tzinfo=UTC)
     add_run(conn, "weekdays", friday, finished="'2026-03-06T09:01:00Z'")
     monday_early = datetime(2026, 3, 9, 8, 0, tzinfo=UTC)  # 71 h after the last success
@@ -164,7 +164,7 @@ def test_runs_and_show_give_a_slot_history_attempt_by_attempt(
 
     # an attempt in flight is shown from the run row
     conn.execute(
-        "UPDATE job_runs SET status = 'running', attempts = 1, locked_by = 'w9', started_at = now(), "
+        "UPDATE fleet.job_runs SET status = 'running', attempts = 1, locked_by = 'w9', started_at = now(), "
         "locked_until = now() + interval '1 minute', trace_id = 'abc' WHERE scheduled_for = %s",
         (slot + timedelta(hours=2),),
     )
@@ -189,13 +189,13 @@ def test_workers_lists_live_processes_only(capsys: Cap, db_url: str, conn: psyco
     schedules(conn, ("s", 'every = "1h"', "noop"))
     live_worker(conn, "noop", "sleep", wid="host-a:worker-1")
     live_worker(conn, "noop", wid="host-b:worker-gone")
-    conn.execute("UPDATE fleet_processes SET seen_at = now() - interval '10 minutes' WHERE id LIKE '%gone'")
+    conn.execute("UPDATE fleet.processes SET seen_at = now() - interval '10 minutes' WHERE id LIKE '%gone'")
     conn.execute(
-        "INSERT INTO fleet_processes (id, kind, host, pid) VALUES ('host-a:ticker', 'ticker', 'host-a', 2)"
+        "INSERT INTO fleet.processes (id, kind, host, pid) VALUES ('host-a:ticker', 'ticker', 'host-a', 2)"
     )
     add_run(conn, "s", datetime(2026, 3, 1, tzinfo=UTC), "running", finished=None, history=False)
     conn.execute(
-        "UPDATE job_runs SET locked_by = 'host-a:worker-1', locked_until = now() + interval '1 minute'"
+        "UPDATE fleet.job_runs SET locked_by = 'host-a:worker-1', locked_until = now() + interval '1 minute'"
     )
     code, procs = fleetctl_json(capsys, db_url, "workers")
     assert [(p["id"], p["kind"], p["running"], p["jobs"]) for p in procs] == [

@@ -15,10 +15,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from ops.metrics import FleetCollector, parse_listen
-from ops.repair import run_prune
-from tests.support import Proc, apply_text, env_for, fleetctl_cmd, processes, scalar, wait_for
+from fleet.ops.metrics import FleetCollector, parse_listen
+from fleet.ops.repair import run_prune
 from tests.integration.ops_support import add_run
+from tests.support import Proc, apply_text, env_for, fleetctl_cmd, processes, scalar, wait_for
 
 SLOT = datetime(2026, 3, 1, 10, tzinfo=UTC)
 
@@ -45,10 +45,10 @@ def test_a_scrape_carries_health_numbers_and_counters_that_survive_prune(
         '[[schedule]]\nname = "t"\nevery = "1m"\njob = "noop"\n',
     )
     conn.execute(
-        "UPDATE schedules SET created_at = now() - interval '1 day', updated_at = now() - interval '1 day'"
+        "UPDATE fleet.schedules SET created_at = now() - interval '1 day', updated_at = now() - interval '1 day'"
     )
     conn.execute(
-        "INSERT INTO fleet_processes (id, kind, host, pid, jobs) VALUES ('w', 'worker', 'h', 1, '{noop}')"
+        "INSERT INTO fleet.processes (id, kind, host, pid, jobs) VALUES ('w', 'worker', 'h', 1, '{noop}')"
     )
     add_run(conn, "s", SLOT, "dead", error="boom")
     add_run(conn, "s", SLOT + timedelta(hours=1), finished="now() - interval '5 minutes'")
@@ -72,15 +72,15 @@ def test_a_scrape_carries_health_numbers_and_counters_that_survive_prune(
     for h, attempts in ((2, 3), (3, 1)):
         add_run(conn, "s", SLOT + timedelta(hours=h), "done", attempts=attempts)
     conn.execute(
-        "UPDATE job_attempts SET outcome = 'lease_expired' WHERE scheduled_for = %s AND attempt = 1",
+        "UPDATE fleet.job_attempts SET outcome = 'lease_expired' WHERE scheduled_for = %s AND attempt = 1",
         (SLOT + timedelta(hours=2),),
     )
     conn.execute(
-        "UPDATE job_runs SET started_at = run_after + interval '40 milliseconds' WHERE scheduled_for >= %s",
+        "UPDATE fleet.job_runs SET started_at = run_after + interval '40 milliseconds' WHERE scheduled_for >= %s",
         (SLOT + timedelta(hours=2),),
     )
     conn.execute(
-        "UPDATE job_attempts SET started_at = scheduled_for + interval '3 seconds' WHERE attempt = 1"
+        "UPDATE fleet.job_attempts SET started_at = scheduled_for + interval '3 seconds' WHERE attempt = 1"
     )
     second = samples(generate_latest(registry).decode())
     assert value(second, "fleet_runs_finished_total", schedule="s", status="done") == 2
@@ -95,7 +95,7 @@ def test_a_scrape_carries_health_numbers_and_counters_that_survive_prune(
     assert value(second, "fleet_start_lag_seconds_bucket", schedule="s", le="5.0") == 2
 
     # pruning deletes rows; the counters do not go down
-    conn.execute("UPDATE job_runs SET finished_at = finished_at - interval '10 days' WHERE status = 'done'")
+    conn.execute("UPDATE fleet.job_runs SET finished_at = finished_at - interval '10 days' WHERE status = 'done'")
     assert run_prune(conn, timedelta(days=1), pause_s=0).runs > 0
     third = samples(generate_latest(registry).decode())
     assert value(third, "fleet_runs_finished_total", schedule="s", status="done") == 2
@@ -138,4 +138,4 @@ def test_fleetctl_metrics_serves_http_until_stopped(
         assert value(scrape, "fleet_schedule_healthy", schedule="s") == 1
         p.signal(signal.SIGTERM)
         assert p.wait(timeout=10) == 0
-    assert scalar(conn, "SELECT count(*) FROM schedules") == 1
+    assert scalar(conn, "SELECT count(*) FROM fleet.schedules") == 1

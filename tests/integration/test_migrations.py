@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -10,7 +12,7 @@ from psycopg.conninfo import make_conninfo
 from fleet.db import connect
 from fleet.migrate import current_version, migrate, migrations
 
-EXPECTED_TABLES = {"schedules", "job_runs", "job_attempts", "fleet_processes", "fleet_migrations"}
+EXPECTED_TABLES = {"schedules", "job_runs", "job_attempts", "processes", "migrations"}
 EXPECTED_INDEXES = {
     "job_runs_pending",
     "job_runs_leases",
@@ -34,27 +36,114 @@ def test_migrations_build_the_schema_from_empty(server_url: str) -> None:
             assert current_version(conn) == migrations()[-1].version
             tables = {
                 r["tablename"]
-                for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+                for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'fleet'")
             }
-            assert EXPECTED_TABLES <= tables
+            assert EXPECTED_TABLES == tables
+            assert _public_objects(conn) == []
             indexes = {
                 r["indexname"]
-                for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'public'")
+                for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'fleet'")
             }
             assert EXPECTED_INDEXES <= indexes
             pk = conn.execute(
                 "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'job_runs'::regclass AND i.indisprimary "
+                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'fleet.job_runs'::regclass AND i.indisprimary "
                 "ORDER BY array_position(i.indkey, a.attnum)"
             ).fetchall()
             assert [r["attname"] for r in pk] == ["schedule_name", "scheduled_for"]
             enum = [
-                r["e"] for r in conn.execute("SELECT unnest(enum_range(NULL::fleet_run_status))::text AS e")
+                r["e"] for r in conn.execute("SELECT unnest(enum_range(NULL::fleet.run_status))::text AS e")
             ]
             assert enum == ["pending", "running", "done", "dead", "skipped"]
     finally:
         with connect(server_url, "t") as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _public_objects(conn: psycopg.Connection[Any]) -> list[str]:
+    """Every relation, type and function in `public` (an empty database has none)."""
+    rows = conn.execute(
+        "SELECT relname AS n FROM pg_class WHERE relnamespace = 'public'::regnamespace "
+        "UNION ALL SELECT typname FROM pg_type WHERE typnamespace = 'public'::regnamespace "
+        "UNION ALL SELECT proname FROM pg_proc WHERE pronamespace = 'public'::regnamespace ORDER BY 1"
+    ).fetchall()
+    return [r["n"] for r in rows]
+
+
+@contextmanager
+def _scratch_db(server_url: str, name: str) -> Iterator[psycopg.Connection[Any]]:
+    with connect(server_url, "t") as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        with connect(make_conninfo(server_url, dbname=name), "t") as conn:
+            yield conn
+    finally:
+        with connect(server_url, "t") as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+APP_TABLE = "CREATE TABLE public.schedules (id serial PRIMARY KEY, title text); INSERT INTO public.schedules (title) VALUES ('mine')"
+
+
+def test_an_applications_own_public_schedules_is_left_alone(server_url: str) -> None:
+    with _scratch_db(server_url, "fleet_mig_app") as conn:
+        conn.execute(APP_TABLE)
+        migrate(conn)
+        assert [r["title"] for r in conn.execute("SELECT title FROM public.schedules")] == ["mine"]
+        cols = {
+            r["column_name"]
+            for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'schedules'"
+            )
+        }
+        assert cols == {"id", "title"}
+        assert conn.execute("SELECT count(*) AS n FROM fleet.schedules").fetchone() == {"n": 0}
+
+
+def test_a_database_migrated_into_public_is_moved_with_its_rows(server_url: str) -> None:
+    """The layout of versions 1-3 (everything in `public`, an applied-versions table there) moves to
+    the schema `fleet`: runs, attempts and history intact, the attempt trigger still working, and
+    nothing of fleet left in `public`."""
+    with _scratch_db(server_url, "fleet_mig_legacy") as conn:
+        # Build the old layout exactly as the migrator of versions 1-3 did.
+        with conn.transaction():
+            conn.execute(
+                "CREATE TABLE fleet_migrations (version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            for mig in migrations()[:3]:
+                conn.execute(mig.sql.encode())
+                conn.execute(
+                    "INSERT INTO fleet_migrations (version, name) VALUES (%s, %s)", (mig.version, mig.name)
+                )
+        conn.execute(
+            "INSERT INTO schedules (name, every, job, timing_hash) VALUES ('s', '1 hour', 'noop', 'x')"
+        )
+        conn.execute(
+            "INSERT INTO job_runs (schedule_name, scheduled_for, job, run_after, status, attempts, finished_at) "
+            "SELECT 's', t, 'noop', t, 'done', 1, t FROM generate_series('2026-01-01'::timestamptz, '2026-01-01 09:00', '1 hour') t"
+        )
+        conn.execute(
+            "INSERT INTO job_attempts (schedule_name, scheduled_for, attempt, worker_id, started_at, outcome) "
+            "SELECT schedule_name, scheduled_for, 1, 'w', scheduled_for, 'done' FROM job_runs"
+        )
+        conn.execute("INSERT INTO fleet_processes (id, kind, host, pid) VALUES ('h:w', 'worker', 'h', 1)")
+        assert current_version(conn) == 3
+
+        assert migrate(conn) == [m.version for m in migrations()[3:]]
+
+        assert _public_objects(conn) == []
+        assert current_version(conn) == migrations()[-1].version
+        counts = conn.execute(
+            "SELECT (SELECT count(*) FROM fleet.schedules) AS s, (SELECT count(*) FROM fleet.job_runs) AS r,"
+            " (SELECT count(*) FROM fleet.job_attempts) AS a, (SELECT count(*) FROM fleet.processes) AS p,"
+            " (SELECT count(*) FROM fleet.migrations) AS m"
+        ).fetchone()
+        assert counts == {"s": 1, "r": 10, "a": 10, "p": 1, "m": len(migrations())}
+        conn.execute("DELETE FROM fleet.job_runs WHERE scheduled_for < '2026-01-01 05:00'")
+        assert conn.execute("SELECT count(*) AS n FROM fleet.job_attempts").fetchone() == {"n": 5}
+        assert migrate(conn) == []
 
 
 def test_migrated_template_is_current(conn: psycopg.Connection[Any]) -> None:
@@ -66,29 +155,29 @@ def test_deleting_runs_by_any_path_removes_their_attempts(conn: psycopg.Connecti
     trigger removes a deleted run's attempts, also when the run goes with its schedule."""
     for name in ("a", "b"):
         conn.execute(
-            "INSERT INTO schedules (name, every, job, timing_hash) VALUES (%s, '1 hour', 'noop', 'x')",
+            "INSERT INTO fleet.schedules (name, every, job, timing_hash) VALUES (%s, '1 hour', 'noop', 'x')",
             (name,),
         )
         conn.execute(
-            "INSERT INTO job_runs (schedule_name, scheduled_for, job, run_after) "
+            "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, run_after) "
             "SELECT %s, t, 'noop', t FROM generate_series('2026-01-01'::timestamptz, '2026-01-01 02:00', '1 hour') t",
             (name,),
         )
         conn.execute(
-            "INSERT INTO job_attempts (schedule_name, scheduled_for, attempt, worker_id, started_at) "
-            "SELECT schedule_name, scheduled_for, n, 'w', now() FROM job_runs, generate_series(1, 2) n "
+            "INSERT INTO fleet.job_attempts (schedule_name, scheduled_for, attempt, worker_id, started_at) "
+            "SELECT schedule_name, scheduled_for, n, 'w', now() FROM fleet.job_runs, generate_series(1, 2) n "
             "WHERE schedule_name = %s",
             (name,),
         )
 
     def attempts(name: str) -> int:
         row = conn.execute(
-            "SELECT count(*) AS n FROM job_attempts WHERE schedule_name = %s", (name,)
+            "SELECT count(*) AS n FROM fleet.job_attempts WHERE schedule_name = %s", (name,)
         ).fetchone()
         return int(row["n"]) if row else -1
 
     assert (attempts("a"), attempts("b")) == (6, 6)
-    conn.execute("DELETE FROM job_runs WHERE schedule_name = 'a' AND scheduled_for = '2026-01-01'")
+    conn.execute("DELETE FROM fleet.job_runs WHERE schedule_name = 'a' AND scheduled_for = '2026-01-01'")
     assert (attempts("a"), attempts("b")) == (4, 6)
-    conn.execute("DELETE FROM schedules WHERE name = 'a'")  # cascades to its runs
+    conn.execute("DELETE FROM fleet.schedules WHERE name = 'a'")  # cascades to its runs
     assert (attempts("a"), attempts("b")) == (0, 6)

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from fleet.queries import q
-from worker.claim import claim_params
+from fleet.worker.claim import claim_params
 
 UTC = UTC
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
@@ -18,24 +18,24 @@ T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 @pytest.fixture
 def big(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     conn.execute(
-        "INSERT INTO schedules (name, every, job, overlap, timing_hash, next_run_at) "
+        "INSERT INTO fleet.schedules (name, every, job, overlap, timing_hash, next_run_at) "
         "SELECT 's' || g, '1 hour', 'noop', 'allow', 'x', %s + make_interval(hours => g) "
         "FROM generate_series(1, 10000) g",
         (T0,),
     )
     conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, status, attempts, run_after, finished_at) "
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, status, attempts, run_after, finished_at) "
         "SELECT 's' || (g %% 10000 + 1), %s - make_interval(secs => g), 'noop', 'done', 1, %s, %s "
         "FROM generate_series(1, 100000) g",
         (T0, T0, T0),
     )
     # one pending run and one running run whose lease expired
     conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, run_after) VALUES ('s1', %s, 'noop', %s)",
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, run_after) VALUES ('s1', %s, 'noop', %s)",
         (T0, T0),
     )
     conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, status, attempts, run_after, locked_until) "
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, status, attempts, run_after, locked_until) "
         "VALUES ('s2', %s, 'noop', 'running', 1, %s, %s)",
         (T0, T0, T0),
     )
@@ -50,19 +50,19 @@ def plan(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> st
 def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
     params = claim_params(worker_id="w", jobs=["noop"], limit=100, lease_s=10, now=T0 + timedelta(seconds=1))
     claim = plan(big, "run_claim", params)
-    assert "Seq Scan on job_runs" not in claim, claim
+    assert "Seq Scan on fleet.job_runs" not in claim, claim
     assert "job_runs_pending" in claim, claim  # due pending runs
     assert "job_runs_leases" in claim or "job_runs_open" in claim, claim  # expired leases
 
     due = plan(big, "schedule_due", {"now": T0 + timedelta(hours=2), "limit": 100})
-    assert "schedules_due" in due and "Seq Scan on schedules" not in due, due
+    assert "schedules_due" in due and "Seq Scan on fleet.schedules" not in due, due
 
     hb = plan(
         big,
         "run_heartbeat",
         {"now": None, "worker": "w", "lease_s": 10, "names": ["s2"], "slots": [T0], "attempts": [1]},
     )
-    assert "Seq Scan on job_runs" not in hb, hb
+    assert "Seq Scan on fleet.job_runs" not in hb, hb
     fin = plan(
         big,
         "run_finish",
@@ -84,7 +84,7 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
             "pid": 1,
         },
     )
-    assert "Seq Scan on job_runs" not in fin, fin
+    assert "Seq Scan on fleet.job_runs" not in fin, fin
 
     mat = plan(
         big,
@@ -100,10 +100,10 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
             "span_id": None,
         },
     )
-    assert "Seq Scan on job_runs" not in mat, mat
+    assert "Seq Scan on fleet.job_runs" not in mat, mat
 
     wait = plan(big, "run_next_wait", {"jobs": ["noop"], "now": None})
-    assert "Seq Scan on job_runs" not in wait, wait
+    assert "Seq Scan on fleet.job_runs" not in wait, wait
 
 
 def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -> None:
@@ -111,19 +111,19 @@ def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -
     pending indexes in order (no scan and sort of the whole backlog) and the finish probes the
     primary key."""
     conn.execute(
-        "INSERT INTO schedules (name, every, job, overlap, timing_hash) "
+        "INSERT INTO fleet.schedules (name, every, job, overlap, timing_hash) "
         "VALUES ('s1', '1 hour', 'noop', 'allow', 'x')"
     )
     conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, status, attempts, run_after, "
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, status, attempts, run_after, "
         "                      finished_at) "
         "SELECT 's1', %s - make_interval(days => 1, secs => g), 'noop', 'allow', 'done', 1, %s, %s "
         "FROM generate_series(1, 100000) g",
         (T0, T0, T0),
     )
-    conn.execute("VACUUM ANALYZE job_runs")
+    conn.execute("VACUUM ANALYZE fleet.job_runs")
     conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
         "SELECT 's1', %s - make_interval(secs => g), 'noop', 'allow', %s - make_interval(secs => g) "
         "FROM generate_series(1, 20000) g",
         (T0, T0),

@@ -11,18 +11,18 @@ from typing import Any
 import psycopg
 
 from fleet.db import connect
+from fleet.ops.inspect import schedule_health
+from fleet.ops.repair import run_prune
 from fleet.queries import q
-from ops.inspect import schedule_health
-from ops.repair import run_prune
+from fleet.worker.claim import run_claim
 from tests.support import apply_text, scalar
-from worker.claim import run_claim
 
 ROWS = 1_000_000
 MAX_CLAIM_MS = 100.0
 # ROWS done runs of ten schedules, finished a month ago, one ended attempt each.
 GENERATE = """
 WITH r AS (
-    INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, status, attempts, run_after, started_at,
+    INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, status, attempts, run_after, started_at,
                           finished_at, last_outcome)
     SELECT 's' || (g %% 10), slot, 'old', 'allow', 'done', 1, slot, slot,
            now() - interval '30 days' + g * interval '1 millisecond', 'done'
@@ -30,7 +30,7 @@ WITH r AS (
          LATERAL (SELECT '2020-01-01'::timestamptz + g * interval '1 second' AS slot) t
     RETURNING schedule_name, scheduled_for, started_at, finished_at
 )
-INSERT INTO job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid, started_at,
+INSERT INTO fleet.job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid, started_at,
                           finished_at, outcome)
 SELECT schedule_name, scheduled_for, 1, 'w', 'h', 1, started_at, finished_at, 'done' FROM r
 """
@@ -51,8 +51,8 @@ def test_prune_of_a_million_rows_does_not_block_claims(db_url: str, conn: psycop
             # the rows are consistent by construction: skip the per-row foreign-key checks
             conn.execute("SET LOCAL session_replication_role = replica")
         conn.execute(GENERATE, (ROWS,))
-    conn.execute("ANALYZE job_runs")
-    conn.execute("ANALYZE job_attempts")
+    conn.execute("ANALYZE fleet.job_runs")
+    conn.execute("ANALYZE fleet.job_attempts")
     generated_s = time.monotonic() - started
 
     # health and pruning read a million finished rows through indexes only
@@ -62,12 +62,12 @@ def test_prune_of_a_million_rows_does_not_block_claims(db_url: str, conn: psycop
                        "limit": 5000, "keep_names": ["s1"], "keep_slots": [datetime.now(UTC)]}),
     ):
         plan = "\n".join(r["QUERY PLAN"] for r in conn.execute("EXPLAIN " + q(name), params))
-        assert "Seq Scan on job_runs" not in plan and "Seq Scan on job_attempts" not in plan, plan
+        assert "Seq Scan on fleet.job_runs" not in plan and "Seq Scan on fleet.job_attempts" not in plan, plan
     t0 = time.monotonic()
     assert len(schedule_health(conn)) == 11
     status_ms = (time.monotonic() - t0) * 1000
     conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
         "VALUES ('hot', now(), 'noop', 'allow', now())"
     )
 
@@ -97,7 +97,7 @@ def test_prune_of_a_million_rows_does_not_block_claims(db_url: str, conn: psycop
                 latencies.append((time.monotonic() - t0) * 1000)
                 claimed += len(attempts)
                 c.execute(
-                    "UPDATE job_runs SET status = 'pending', locked_by = NULL, locked_until = NULL,"
+                    "UPDATE fleet.job_runs SET status = 'pending', locked_by = NULL, locked_until = NULL,"
                     " run_after = now() WHERE schedule_name = 'hot'"
                 )
                 time.sleep(0.002)
@@ -128,7 +128,7 @@ def test_prune_of_a_million_rows_does_not_block_claims(db_url: str, conn: psycop
     )
     assert result.runs == ROWS - 10  # the newest finished run of each schedule stays
     assert result.attempts == ROWS - 10
-    assert scalar(conn, "SELECT count(*) FROM job_runs WHERE job = 'old'") == 10
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE job = 'old'") == 10
     assert claimed == len(latencies)  # every claim found its run: none was blocked out
     # Latencies are printed, not asserted: on a shared 2-core machine a claim can take a few hundred
     # milliseconds without waiting for any lock (CPU and disk are shared with the prune). A wait for

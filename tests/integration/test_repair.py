@@ -10,10 +10,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from ops.repair import run_trigger
-from tests.support import apply_text, scalar
+from fleet.ops.repair import run_trigger
+from fleet.ticker.tick import run_once as tick
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json, snapshot
-from ticker.tick import run_once as tick
+from tests.support import apply_text, scalar
 
 Cap = pytest.CaptureFixture[str]
 SLOT = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
@@ -29,7 +29,7 @@ def hourly(conn: psycopg.Connection[Any], name: str = "s", overlap: str = "skip"
 
 def run(conn: psycopg.Connection[Any], slot: datetime = SLOT, name: str = "s") -> dict[str, Any]:
     r = conn.execute(
-        "SELECT *, status::text AS status FROM job_runs WHERE schedule_name = %s AND scheduled_for = %s",
+        "SELECT *, status::text AS status FROM fleet.job_runs WHERE schedule_name = %s AND scheduled_for = %s",
         (name, slot),
     ).fetchone()
     assert r is not None
@@ -54,14 +54,14 @@ def test_retry_makes_a_dead_run_pending_keeps_history_and_frees_the_gate(
 ) -> None:
     hourly(conn)
     add_run(conn, "s", SLOT, "dead", overlap="skip", attempts=3, error="boom 3")
-    conn.execute("UPDATE schedules SET running_slot = %s", (SLOT,))  # a gate left on a dead slot
+    conn.execute("UPDATE fleet.schedules SET running_slot = %s", (SLOT,))  # a gate left on a dead slot
     code, out, _ = fleetctl(capsys, db_url, "retry", "s", SLOT_ISO)
     assert code == 0 and "retried 1 run(s) of s: 2026-03-01T10:00:00Z" in out
     r = run(conn)
     assert (r["status"], r["attempts"], r["failures"], r["finished_at"]) == ("pending", 3, 0, None)
     assert r["run_after"] <= scalar(conn, "SELECT now()")
-    assert scalar(conn, "SELECT count(*) FROM job_attempts") == 3
-    assert scalar(conn, "SELECT running_slot FROM schedules") is None
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_attempts") == 3
+    assert scalar(conn, "SELECT running_slot FROM fleet.schedules") is None
     code, payload = fleetctl_json(capsys, db_url, "status", "s")
     assert payload[0]["dead_runs"] == 0
 
@@ -78,7 +78,7 @@ def test_retry_all_dead_and_its_refusals(capsys: Cap, db_url: str, conn: psycopg
     add_run(conn, "s", SLOT + timedelta(hours=3), "done")
     code, out, _ = fleetctl(capsys, db_url, "retry", "--all-dead", "s")
     assert code == 0 and "retried 3 run(s)" in out
-    assert scalar(conn, "SELECT count(*) FROM job_runs WHERE status = 'pending'") == 3
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'pending'") == 3
     code, out, _ = fleetctl(capsys, db_url, "retry", "--all-dead", "s")
     assert code == 0 and "no dead run" in out
 
@@ -100,7 +100,7 @@ def test_discard_acknowledges_a_dead_run_and_health_turns_ok(
     now = scalar(conn, "SELECT now()")
     add_run(conn, "s", SLOT, "dead", overlap="skip", attempts=2, error="boom 2")
     add_run(conn, "s", now - timedelta(minutes=5), "done")  # a later success does not hide the dead run
-    conn.execute("UPDATE schedules SET running_slot = %s", (SLOT,))
+    conn.execute("UPDATE fleet.schedules SET running_slot = %s", (SLOT,))
     code, payload = fleetctl_json(capsys, db_url, "status", "s")
     assert code == 1 and payload[0]["verdict"] == "DEAD" and payload[0]["dead_runs"] == 1
 
@@ -110,9 +110,9 @@ def test_discard_acknowledges_a_dead_run_and_health_turns_ok(
     assert (r["status"], r["last_outcome"]) == ("skipped", "discarded")
     assert (
         "boom 2" in r["last_error"]
-        and scalar(conn, "SELECT count(*) FROM job_attempts WHERE attempt <= 2") == 3
+        and scalar(conn, "SELECT count(*) FROM fleet.job_attempts WHERE attempt <= 2") == 3
     )
-    assert scalar(conn, "SELECT running_slot FROM schedules") is None
+    assert scalar(conn, "SELECT running_slot FROM fleet.schedules") is None
     code, payload = fleetctl_json(capsys, db_url, "status", "s")
     assert code == 0 and payload[0]["verdict"] == "OK" and payload[0]["dead_runs"] == 0
     code, payload = fleetctl_json(capsys, db_url, "runs", "s", "--status", "discarded")
@@ -153,7 +153,7 @@ def test_trigger_twice_in_the_same_second_creates_one_run(
     second = fleetctl(capsys, db_url, "trigger", "s")
     assert first[0] == 0 and "triggered s @" in first[1]
     assert second[0] == 0 and "exists already" in second[1]
-    assert scalar(conn, "SELECT count(*) FROM job_runs WHERE origin = 'trigger'") == 2
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE origin = 'trigger'") == 2
     assert "'nope'" in refused(capsys, db_url, conn, "trigger", "nope")
 
 
@@ -166,27 +166,27 @@ def test_pause_stops_slots_and_resume_does_not_catch_up(
     apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1m"\njob = "noop"\ncatchup = "all"\n')
     code, out, _ = fleetctl(capsys, db_url, "pause", "s")
     assert code == 0 and out.strip() == "paused s"
-    paused_at = scalar(conn, "SELECT paused_at FROM schedules")
+    paused_at = scalar(conn, "SELECT paused_at FROM fleet.schedules")
     code, out, _ = fleetctl(capsys, db_url, "pause", "s")
     assert code == 0 and "paused already" in out
-    assert scalar(conn, "SELECT paused_at FROM schedules") == paused_at
+    assert scalar(conn, "SELECT paused_at FROM fleet.schedules") == paused_at
     code, payload = fleetctl_json(capsys, db_url, "status")
     assert code == 0 and payload[0]["verdict"] == "PAUSED" and payload[0]["paused"] is True
 
     # a long pause: three days of slots came due meanwhile, and catch-up is 'all'
-    conn.execute("UPDATE schedules SET next_run_at = now() - interval '3 days'")
+    conn.execute("UPDATE fleet.schedules SET next_run_at = now() - interval '3 days'")
     assert tick(conn, batch_size=10, catchup_limit=10_000).created == 0  # paused: the ticker skips it
     code, out, _ = fleetctl(capsys, db_url, "resume", "s")
     assert code == 0 and out.startswith("resumed s: next slot ")
     now = scalar(conn, "SELECT now()")
-    nxt = scalar(conn, "SELECT next_run_at FROM schedules")
+    nxt = scalar(conn, "SELECT next_run_at FROM fleet.schedules")
     assert now - timedelta(seconds=1) <= nxt <= now + timedelta(minutes=1)
-    assert scalar(conn, "SELECT paused_at FROM schedules") is None
+    assert scalar(conn, "SELECT paused_at FROM fleet.schedules") is None
     tick(conn, batch_size=10, catchup_limit=10_000)
-    assert scalar(conn, "SELECT count(*) FROM job_runs") <= 1  # no catch-up of the paused days
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_runs") <= 1  # no catch-up of the paused days
     code, out, _ = fleetctl(capsys, db_url, "resume", "s")
     assert code == 0 and "not paused" in out
-    assert scalar(conn, "SELECT next_run_at FROM schedules") >= nxt
+    assert scalar(conn, "SELECT next_run_at FROM fleet.schedules") >= nxt
 
     assert "'nope'" in refused(capsys, db_url, conn, "pause", "nope")
     assert "'nope'" in refused(capsys, db_url, conn, "resume", "nope")
@@ -197,7 +197,7 @@ def test_pause_stops_slots_and_resume_does_not_catch_up(
 
 def test_backfill_creates_missing_slots_once(capsys: Cap, db_url: str, conn: psycopg.Connection[Any]) -> None:
     hourly(conn, start_at='"2099-01-01T00:00:00Z"')
-    conn.execute("UPDATE schedules SET start_at = NULL")  # slots on the hour
+    conn.execute("UPDATE fleet.schedules SET start_at = NULL")  # slots on the hour
     add_run(conn, "s", SLOT + timedelta(hours=2), "done")
     code, out, _ = fleetctl(
         capsys, db_url, "backfill", "s", "--from", "2026-03-01T09:30:00Z", "--to", "2026-03-01T14:00:00Z"
@@ -206,7 +206,7 @@ def test_backfill_creates_missing_slots_once(capsys: Cap, db_url: str, conn: psy
     assert "backfilled 4 slot(s)" in out and "1 slot(s) in the range had a run already" in out
     rows = conn.execute(
         "SELECT scheduled_for, origin, status::text, overlap, run_after <= now() AS due "
-        "FROM job_runs WHERE origin = 'backfill' ORDER BY scheduled_for"
+        "FROM fleet.job_runs WHERE origin = 'backfill' ORDER BY scheduled_for"
     ).fetchall()
     assert [r["scheduled_for"] for r in rows] == [SLOT + timedelta(hours=h) for h in (0, 1, 3, 4)]
     assert {(r["status"], r["overlap"], r["due"]) for r in rows} == {("pending", "queue", True)}
@@ -247,7 +247,7 @@ def test_prune_deletes_old_finished_runs_but_keeps_dead_and_the_newest(
     add_run(conn, "s", SLOT + timedelta(hours=6), "dead", finished=old)  # nobody acknowledged it: kept
     add_run(conn, "s", SLOT + timedelta(hours=7), "dead", finished=old, error="x")
     conn.execute(
-        "UPDATE job_runs SET status = 'skipped', last_outcome = 'discarded' WHERE scheduled_for = %s",
+        "UPDATE fleet.job_runs SET status = 'skipped', last_outcome = 'discarded' WHERE scheduled_for = %s",
         (SLOT + timedelta(hours=7),),
     )
     add_run(conn, "s", SLOT + timedelta(hours=8), "done", finished="now()")  # recent: kept
@@ -263,7 +263,7 @@ def test_prune_deletes_old_finished_runs_but_keeps_dead_and_the_newest(
         (r["schedule_name"], r["h"], r["status"])
         for r in conn.execute(
             "SELECT schedule_name, extract(hour FROM scheduled_for AT TIME ZONE 'UTC')::int - 10 AS h,"
-            " status::text FROM job_runs ORDER BY 1, 2"
+            " status::text FROM fleet.job_runs ORDER BY 1, 2"
         )
     ]
     assert left == [
@@ -273,7 +273,7 @@ def test_prune_deletes_old_finished_runs_but_keeps_dead_and_the_newest(
         ("t", 0, "done"),
         ("t", 1, "skipped"),
     ]
-    assert scalar(conn, "SELECT count(*) FROM job_attempts") == 3  # of s 6, s 8 and t 0
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_attempts") == 3  # of s 6, s 8 and t 0
     code, payload = fleetctl_json(capsys, db_url, "status", "t")
     assert payload[0]["since_last_success_s"] > 86400  # still computable
 

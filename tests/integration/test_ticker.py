@@ -8,15 +8,15 @@ from typing import Any
 import psycopg
 import pytest
 
+from fleet.ticker.tick import run_once
 from tests.support import apply_text, scalar
-from ticker.tick import run_once
 
 UTC = timezone.utc
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 
 
 def _runs(conn: psycopg.Connection[Any], status: str | None = None) -> list[datetime]:
-    sql = "SELECT scheduled_for FROM job_runs"
+    sql = "SELECT scheduled_for FROM fleet.job_runs"
     if status:
         sql += " WHERE status = %s"
     sql += " ORDER BY scheduled_for"
@@ -42,7 +42,7 @@ catchup = "{policy}"
     result = run_once(conn, batch_size=10, catchup_limit=100, now=back)
     assert _runs(conn, "pending") == expected
     assert result.created == len(expected)
-    nxt = scalar(conn, "SELECT next_run_at FROM schedules WHERE name = 'quarterly'")
+    nxt = scalar(conn, "SELECT next_run_at FROM fleet.schedules WHERE name = 'quarterly'")
     assert nxt == T0 + timedelta(hours=1) and nxt > back
     # A second tick at the same instant creates nothing more.
     assert run_once(conn, batch_size=10, catchup_limit=100, now=back).created == 0
@@ -68,7 +68,7 @@ max_lateness = "20m"
     run_once(conn, batch_size=10, catchup_limit=100, now=T0 + timedelta(minutes=52))
     assert _runs(conn, "pending") == [T0.replace(minute=45)]
     assert _runs(conn, "skipped") == [T0.replace(minute=15), T0.replace(minute=30)]
-    reason = scalar(conn, "SELECT last_error FROM job_runs WHERE status = 'skipped' LIMIT 1")
+    reason = scalar(conn, "SELECT last_error FROM fleet.job_runs WHERE status = 'skipped' LIMIT 1")
     assert "max_lateness" in reason
 
 
@@ -86,7 +86,7 @@ catchup = "all"
     ticks = 1
     while run_once(conn, batch_size=10, catchup_limit=500, now=T0).created:
         ticks += 1
-    assert scalar(conn, "SELECT count(*) FROM job_runs") == 3601  # 09:00:00 .. 10:00:00 inclusive
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_runs") == 3601  # 09:00:00 .. 10:00:00 inclusive
     assert ticks == 8
 
 
@@ -94,7 +94,7 @@ def test_disabled_and_paused_schedules_do_not_tick(conn: psycopg.Connection[Any]
     text = '[[schedule]]\nname = "a"\nevery = "1m"\njob = "noop"\n[[schedule]]\nname = "b"\nevery = "1m"\njob = "noop"\n'
     apply_text(conn, text, now=T0)
     apply_text(conn, '[[schedule]]\nname = "a"\nevery = "1m"\njob = "noop"\n', prune=True, now=T0)
-    conn.execute("UPDATE schedules SET paused_at = now() WHERE name = 'a'")
+    conn.execute("UPDATE fleet.schedules SET paused_at = now() WHERE name = 'a'")
     assert run_once(conn, batch_size=10, catchup_limit=10, now=T0 + timedelta(minutes=5)).schedules == 0
     assert _runs(conn) == []
 
@@ -108,5 +108,5 @@ def test_ticker_uses_database_clock_for_due(conn: psycopg.Connection[Any]) -> No
                '[[schedule]]\nname = "past"\nevery = "1h"\njob = "noop"\ncatchup = "all"\n'
                f'start_at = "{(db_now - timedelta(minutes=1)).isoformat()}"\n')
     run_once(conn, batch_size=10, catchup_limit=10)
-    names = [r["schedule_name"] for r in conn.execute("SELECT schedule_name FROM job_runs")]
+    names = [r["schedule_name"] for r in conn.execute("SELECT schedule_name FROM fleet.job_runs")]
     assert names == ["past"]

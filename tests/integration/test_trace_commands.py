@@ -10,10 +10,10 @@ import orjson
 import psycopg
 import pytest
 
-from tests.support import apply_text
+from fleet.worker.claim import run_claim
+from fleet.worker.finish import decide, run_finish
 from tests.integration.ops_support import fleetctl, fleetctl_json
-from worker.claim import run_claim
-from worker.finish import decide, run_finish
+from tests.support import apply_text
 
 SLOT = datetime(2026, 11, 2, 1, 0, tzinfo=timezone.utc)
 
@@ -21,7 +21,7 @@ SLOT = datetime(2026, 11, 2, 1, 0, tzinfo=timezone.utc)
 def one_failed_then_running(conn: psycopg.Connection[Any]) -> None:
     apply_text(conn, '[[schedule]]\nname = "nightly"\nevery = "1d"\njob = "noop"\n'
                'start_at = "2099-01-01T00:00:00Z"\n')
-    conn.execute("INSERT INTO job_runs (schedule_name, scheduled_for, job, run_after) VALUES ('nightly', %s, 'noop', %s)",
+    conn.execute("INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, run_after) VALUES ('nightly', %s, 'noop', %s)",
                  (SLOT, SLOT))
     (a,), _ = run_claim(conn, worker_id="w1", jobs=["noop"], limit=1, lease_s=30)
     run_finish(conn, [(a, decide(a, "failed", "boom", rand=lambda: 0.0))], worker_id="w1")
@@ -32,8 +32,8 @@ def test_show_and_trace_print_each_attempts_ids_and_a_jaeger_link(
     conn: psycopg.Connection[Any], db_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     one_failed_then_running(conn)
-    ids = conn.execute("SELECT trace_id, span_id FROM job_attempts").fetchone()
-    current = conn.execute("SELECT trace_id, span_id FROM job_runs").fetchone()
+    ids = conn.execute("SELECT trace_id, span_id FROM fleet.job_attempts").fetchone()
+    current = conn.execute("SELECT trace_id, span_id FROM fleet.job_runs").fetchone()
     assert ids and current
     monkeypatch.setenv("FLEET_JAEGER_URL", "http://jaeger.internal:16686")
     code, out, _ = fleetctl(capsys, db_url, "show", "nightly", "2026-11-02T01:00:00Z")
@@ -62,7 +62,7 @@ def test_dead_lists_dead_runs_and_exits_1(
 ) -> None:
     apply_text(conn, '[[schedule]]\nname = "a"\nevery = "1d"\njob = "noop"\nstart_at = "2099-01-01T00:00:00Z"\n')
     assert fleetctl(capsys, db_url, "dead")[:2] == (0, "no dead runs\n")
-    conn.execute("INSERT INTO job_runs (schedule_name, scheduled_for, job, run_after) VALUES ('a', %s, 'noop', %s)",
+    conn.execute("INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, run_after) VALUES ('a', %s, 'noop', %s)",
                  (SLOT, SLOT))
     (a,), _ = run_claim(conn, worker_id="w", jobs=["noop"], limit=1, lease_s=30)
     run_finish(conn, [(a, decide(a, "permanent", "Permanent: bad input"))], worker_id="w")

@@ -13,10 +13,10 @@ import psycopg
 from fleet.db import make_pool
 from fleet.jobs import JobContext
 from fleet.settings import worker_settings
+from fleet.worker.attempt import Attempt
+from fleet.worker.heartbeat import Heartbeat
+from fleet.worker.loop import Worker
 from tests.support import lose_the_claim, one_run, scalar
-from worker.attempt import Attempt
-from worker.heartbeat import Heartbeat
-from worker.loop import Worker
 
 
 def noop(ctx: JobContext) -> None:
@@ -49,7 +49,7 @@ def test_an_attempt_claimed_again_is_covered_by_the_one_held_or_handed_back(
     assert w.run_once(conn).claimed == 1
     assert list(w.inflight.values()) == [held] and w.todo.qsize() == 1 and not w.to_record
     row = conn.execute(
-        "SELECT status, attempts, locked_by, started_at, trace_id, span_id FROM job_runs"
+        "SELECT status, attempts, locked_by, started_at, trace_id, span_id FROM fleet.job_runs"
     ).fetchone()
     assert row == {
         "status": "running",
@@ -69,8 +69,8 @@ def test_an_attempt_claimed_again_is_covered_by_the_one_held_or_handed_back(
     assert [(a.attempt, o.outcome) for a, o in w.to_record] == [(1, "handed_back")]
     w.run_once(conn)
     assert sorted((a.attempt, a.state) for a in w.inflight.values()) == [(1, "fenced"), (2, "running")]
-    assert scalar(conn, "SELECT attempts FROM job_runs") == 2
-    history = conn.execute("SELECT attempt, outcome FROM job_attempts ORDER BY attempt").fetchall()
+    assert scalar(conn, "SELECT attempts FROM fleet.job_runs") == 2
+    history = conn.execute("SELECT attempt, outcome FROM fleet.job_attempts ORDER BY attempt").fetchall()
     assert [(h["attempt"], h["outcome"]) for h in history] == [(1, "handed_back")]
 
 
@@ -78,10 +78,10 @@ def test_a_heartbeat_after_a_pause_gives_up_what_it_no_longer_trusts(
     db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
     w, held = holding_one_run(db_url, conn)
-    until = scalar(conn, "SELECT locked_until FROM job_runs")
+    until = scalar(conn, "SELECT locked_until FROM fleet.job_runs")
     # The worker was paused past the trust it gives a lease; nobody took the run over meanwhile.
     held.lease_deadline_mono = time.monotonic() - 0.1
     with make_pool(w.url, "fleet-tests heartbeat", min_size=1, max_size=1) as pool:
         Heartbeat(w, pool, w.fence).beat()
     assert held.state == "fenced" and held.cancel.is_set()
-    assert scalar(conn, "SELECT locked_until FROM job_runs") == until  # not renewed
+    assert scalar(conn, "SELECT locked_until FROM fleet.job_runs") == until  # not renewed

@@ -12,9 +12,9 @@ from typing import Any
 
 import psycopg
 
+from fleet.ops.apply import apply_specs
 from fleet.schedfile import load
 from loadtest.bench.ticker_cost import materialise
-from ops.apply import apply_specs
 from tests.support import ROOT
 
 
@@ -70,5 +70,5 @@ def test_ticker_materialisation_creates_one_slot_per_due_schedule(
     apply_specs(conn, load(text), prune=False)
     created, seconds = materialise(db_url, margin_s=5.0)
     assert created == 50 and seconds > 0
-    rows = conn.execute("SELECT schedule_name, count(*) AS n FROM job_runs GROUP BY 1").fetchall()
+    rows = conn.execute("SELECT schedule_name, count(*) AS n FROM fleet.job_runs GROUP BY 1").fetchall()
     assert len(rows) == 50 and {r["n"] for r in rows} == {1}, rows

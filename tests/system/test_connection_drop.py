@@ -37,19 +37,19 @@ def test_a_worker_whose_connections_are_dropped_keeps_its_run(
             time.sleep(0.6)
             dropped.append(drop_connections(conn, "fleet-worker w"))
         wait_for(
-            lambda: scalar(conn, "SELECT status FROM job_runs") == "done",
+            lambda: scalar(conn, "SELECT status FROM fleet.job_runs") == "done",
             timeout=20,
             what="the run to finish",
         )
-        row = conn.execute("SELECT attempts, failures, locked_by FROM job_runs").fetchone()
+        row = conn.execute("SELECT attempts, failures, locked_by FROM fleet.job_runs").fetchone()
         # The worker still serves new runs, woken by its listener's new connection.
         conn.execute(
-            "INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
+            "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
             "SELECT name, date_trunc('second', now()) + interval '1 second', job, '{\"seconds\": 0}', "
-            "overlap, now() FROM schedules"
+            "overlap, now() FROM fleet.schedules"
         )
         wait_for(
-            lambda: scalar(conn, "SELECT count(*) FROM job_runs WHERE status = 'done'") == 2,
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") == 2,
             timeout=10,
             what="a new run to be served after the drops",
         )

@@ -142,7 +142,7 @@ def test_ticker_and_worker_follow_a_promoted_replica(pair: tuple[Cluster, Cluste
         worker = start_worker(procs, both, tmp_path, "w", *FAST)
         with connect(primary.url("fleet"), "fleet-tests") as conn:
             wait_for(
-                lambda: scalar(conn, "SELECT count(*) FROM job_runs WHERE status = 'done'") >= 3,
+                lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") >= 3,
                 what="runs done on the primary",
             )
         primary.stop("immediate")  # a crash: no shutdown checkpoint, connections cut
@@ -154,7 +154,7 @@ def test_ticker_and_worker_follow_a_promoted_replica(pair: tuple[Cluster, Cluste
             wait_for(
                 lambda: scalar(
                     conn,
-                    "SELECT count(*) FROM job_runs WHERE status = 'done' AND finished_at > %s",
+                    "SELECT count(*) FROM fleet.job_runs WHERE status = 'done' AND finished_at > %s",
                     (promoted_at,),
                 ),
                 timeout=30,
@@ -168,7 +168,7 @@ def test_ticker_and_worker_follow_a_promoted_replica(pair: tuple[Cluster, Cluste
                 lambda: (
                     scalar(
                         conn,
-                        "SELECT count(*) FROM job_runs WHERE status = 'done' AND scheduled_for > %s",
+                        "SELECT count(*) FROM fleet.job_runs WHERE status = 'done' AND scheduled_for > %s",
                         (promoted_at,),
                     )
                     >= 3
@@ -183,14 +183,14 @@ def test_ticker_and_worker_follow_a_promoted_replica(pair: tuple[Cluster, Cluste
                 lambda: (
                     not scalar(
                         conn,
-                        "SELECT count(*) FROM job_runs "
+                        "SELECT count(*) FROM fleet.job_runs "
                         "WHERE status <> 'done' AND scheduled_for < now() - interval '4 s'",
                     )
                 ),
                 timeout=15,
                 what="every slot before the last few seconds done",
             )
-            rows = conn.execute("SELECT scheduled_for FROM job_runs ORDER BY 1").fetchall()
+            rows = conn.execute("SELECT scheduled_for FROM fleet.job_runs ORDER BY 1").fetchall()
             slots = [r["scheduled_for"] for r in rows]
         assert ticker.popen.poll() is None and worker.popen.poll() is None, "a process exited"
         ticker_events = [e["event"] for e in log_events(ticker)]

@@ -26,7 +26,7 @@ def test_handed_back_run_is_retaken_without_waiting_for_a_poll(
         wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="a to start the run")
         start_worker(procs, db_url, tmp_path, "b", *flags)
         wait_for(
-            lambda: conn.execute("SELECT count(*) AS n FROM fleet_processes WHERE id = 'b'").fetchone()["n"],
+            lambda: conn.execute("SELECT count(*) AS n FROM fleet.processes WHERE id = 'b'").fetchone()["n"],
             what="b to be up",
         )
         time.sleep(0.5)  # b has looked for work, found none, and sleeps

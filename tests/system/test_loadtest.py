@@ -144,17 +144,17 @@ def test_audit_catches_a_lost_run_a_doubled_effect_and_a_run_left_pending(finish
     assert clean.returncode == 0, clean.stdout + clean.stderr
     with connect(finished.url, "loadtest tamper") as conn:
         done = conn.execute(
-            "SELECT schedule_name, scheduled_for FROM job_runs WHERE status = 'done' "
+            "SELECT schedule_name, scheduled_for FROM fleet.job_runs WHERE status = 'done' "
             "ORDER BY scheduled_for LIMIT 3"
         ).fetchall()
         deleted, pending, doubled = done
         conn.execute(
-            "DELETE FROM job_runs WHERE schedule_name = %(schedule_name)s "
+            "DELETE FROM fleet.job_runs WHERE schedule_name = %(schedule_name)s "
             "AND scheduled_for = %(scheduled_for)s",
             deleted,
         )
         conn.execute(
-            "UPDATE job_runs SET status = 'pending', finished_at = NULL WHERE schedule_name = "
+            "UPDATE fleet.job_runs SET status = 'pending', finished_at = NULL WHERE schedule_name = "
             "%(schedule_name)s AND scheduled_for = %(scheduled_for)s",
             pending,
         )

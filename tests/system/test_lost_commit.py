@@ -37,7 +37,7 @@ def test_a_worker_whose_claim_was_lost_is_fenced_when_another_gets_the_same_atte
         lose_the_claim(conn)
         start_worker(procs, db_url, tmp_path, "b", *FAST)
         wait_for(
-            lambda: scalar(conn, "SELECT status FROM job_runs") == "done",
+            lambda: scalar(conn, "SELECT status FROM fleet.job_runs") == "done",
             timeout=15,
             what="the run to be finished",
         )
@@ -51,7 +51,7 @@ def test_a_worker_whose_claim_was_lost_is_fenced_when_another_gets_the_same_atte
     assert ("start", "1", "b") in events and ("done", "1", "b") in events, events
     assert ("cancelled", "1", "a") in events, events  # a's heartbeat no longer matched: given up
     assert "heartbeat_lost" in a_events, a_events
-    history = conn.execute("SELECT attempt, worker_id, outcome FROM job_attempts").fetchall()
+    history = conn.execute("SELECT attempt, worker_id, outcome FROM fleet.job_attempts").fetchall()
     assert [(h["attempt"], h["worker_id"], h["outcome"]) for h in history] == [(1, "b", "done")]
 
 
@@ -67,12 +67,12 @@ def test_a_worker_that_claims_again_a_run_it_still_runs_does_not_run_it_twice(
         wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="a to start the run")
         lose_the_claim(conn)  # a has a free slot: it claims the run again, with the same attempt number
         wait_for(
-            lambda: scalar(conn, "SELECT locked_by FROM job_runs") == "a",
+            lambda: scalar(conn, "SELECT locked_by FROM fleet.job_runs") == "a",
             timeout=5,
             what="a to claim the run again",
         )
         wait_for(
-            lambda: scalar(conn, "SELECT status FROM job_runs") == "done",
+            lambda: scalar(conn, "SELECT status FROM fleet.job_runs") == "done",
             timeout=15,
             what="the run to be finished",
         )
@@ -82,5 +82,5 @@ def test_a_worker_that_claims_again_a_run_it_still_runs_does_not_run_it_twice(
     assert events == [("start", "1", "a"), ("done", "1", "a")], events
     assert "heartbeat_lost" not in a_events and "fenced" not in a_events, a_events
     assert a_events.count("claimed") == 1 and a_events.count("claimed_again") == 1, a_events
-    history = conn.execute("SELECT attempt, worker_id, outcome FROM job_attempts").fetchall()
+    history = conn.execute("SELECT attempt, worker_id, outcome FROM fleet.job_attempts").fetchall()
     assert [(h["attempt"], h["worker_id"], h["outcome"]) for h in history] == [(1, "a", "done")]

@@ -13,7 +13,7 @@ import orjson
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from ops.inspect import ScheduleHealth, schedule_health
+from fleet.ops.inspect import ScheduleHealth, schedule_health
 from tests.support import (
     FAST,
     Proc,
@@ -89,7 +89,7 @@ def test_late_when_the_fleet_stops(db_url: str, conn: psycopg.Connection[Any], t
         t = ticker(procs, db_url, tmp_path)
         w = worker(procs, db_url, tmp_path)
         wait_for(
-            lambda: scalar(conn, "SELECT count(*) FROM job_runs WHERE status = 'done'") >= 2,
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") >= 2,
             timeout=20,
             what="runs to succeed",
         )
@@ -99,7 +99,7 @@ def test_late_when_the_fleet_stops(db_url: str, conn: psycopg.Connection[Any], t
         t.signal(signal.SIGTERM)
         assert t.wait(10) == 0
         wait_for(
-            lambda: scalar(conn, "SELECT count(*) FROM job_runs WHERE status IN ('pending', 'running')") == 0,
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status IN ('pending', 'running')") == 0,
             what="the worker to drain",
         )
         w.signal(signal.SIGTERM)
@@ -222,9 +222,9 @@ def test_one_json_line_per_attempt_event_and_no_secret_in_any_log(
     )
     # two slots of a schedule that must not overlap, due together: one runs, the other is skipped
     conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
         "SELECT name, '2026-01-01'::timestamptz + g * interval '1 day', job, args, overlap, now() "
-        "FROM schedules, generate_series(0, 1) g WHERE name = 'overlapping'"
+        "FROM fleet.schedules, generate_series(0, 1) g WHERE name = 'overlapping'"
     )
     for name in ("flaky", "broken"):
         subprocess.run(
@@ -244,7 +244,7 @@ def test_one_json_line_per_attempt_event_and_no_secret_in_any_log(
         )
         t = start(procs, url, tmp_path, "ticker", ticker_cmd("--poll", "0.5", "--log-format", "text"))
         wait_for(
-            lambda: scalar(conn, "SELECT count(*) FROM job_runs WHERE status IN ('pending', 'running')") == 0,
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status IN ('pending', 'running')") == 0,
             timeout=20,
             what="every run to end",
         )

@@ -137,8 +137,8 @@ def test_a_worker_cut_off_gives_its_run_up_before_its_lease_ends_and_serves_agai
         'start_at = "2099-01-01T00:00:00Z"\n',
     )
     add_run = (
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
-        "SELECT name, %s::timestamptz, job, %s::jsonb, overlap, now() FROM schedules"
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
+        "SELECT name, %s::timestamptz, job, %s::jsonb, overlap, now() FROM fleet.schedules"
     )
     conn.execute(add_run, ("2026-01-01T00:00:00Z", '{"seconds": 6}'))
     relay = Relay(netns["host"], _target(db_url))
@@ -206,7 +206,7 @@ def test_a_worker_cut_off_gives_its_run_up_before_its_lease_ends_and_serves_agai
     finally:
         relay.close()
     rows = conn.execute(
-        "SELECT scheduled_for, attempt, worker_id, outcome FROM job_attempts ORDER BY scheduled_for, attempt"
+        "SELECT scheduled_for, attempt, worker_id, outcome FROM fleet.job_attempts ORDER BY scheduled_for, attempt"
     ).fetchall()
     outcomes = [(r["attempt"], r["worker_id"], r["outcome"]) for r in rows]
     # Slot 1: a's attempt lost with its lease (recorded by b), b's finished; never a's result.

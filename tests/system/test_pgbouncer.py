@@ -111,21 +111,21 @@ def run_behind(
         workers = [start_worker(procs, url, tmp, f"w{i}", *FAST, *flags) for i in range(2)]
         wait_for(
             lambda: (
-                scalar(conn, "SELECT count(*) FROM job_runs WHERE schedule_name = 'slow' AND status = 'done'")
+                scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE schedule_name = 'slow' AND status = 'done'")
                 >= 2
             ),
             timeout=30,
             what="two slow runs done",
         )
-        conn.execute("UPDATE schedules SET enabled = false")
+        conn.execute("UPDATE fleet.schedules SET enabled = false")
         wait_for(
-            lambda: scalar(conn, "SELECT count(*) FROM job_runs WHERE status IN ('pending', 'running')") == 0,
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status IN ('pending', 'running')") == 0,
             timeout=20,
             what="every created run to end",
         )
         events = [e for p in (ticker, *workers) for e in log_events(p)]
     runs = conn.execute(
-        "SELECT schedule_name, scheduled_for, status::text, attempts, failures FROM job_runs ORDER BY 1, 2"
+        "SELECT schedule_name, scheduled_for, status::text, attempts, failures FROM fleet.job_runs ORDER BY 1, 2"
     ).fetchall()
     ticks = [r["scheduled_for"] for r in runs if r["schedule_name"] == "tick"]
     assert len(ticks) >= 8, runs

@@ -23,7 +23,7 @@ def test_a_worker_rides_out_a_lasting_statement_error(
         "END $$"
     )
     conn.execute(
-        "CREATE TRIGGER disk_full BEFORE UPDATE ON job_runs FOR EACH ROW EXECUTE FUNCTION disk_full()"
+        "CREATE TRIGGER disk_full BEFORE UPDATE ON fleet.job_runs FOR EACH ROW EXECUTE FUNCTION disk_full()"
     )
     with processes() as procs:
         w = start_worker(procs, db_url, tmp_path, "w", "--poll", "0.5")
@@ -31,7 +31,7 @@ def test_a_worker_rides_out_a_lasting_statement_error(
         time.sleep(3)  # about three more failed rounds
         errors = [e for e in log_events(w) if e["event"] == "db_error"]
         assert w.popen.poll() is None, w.output()[-2000:]
-        conn.execute("DROP TRIGGER disk_full ON job_runs")
-        wait_for(lambda: scalar(conn, "SELECT status FROM job_runs") == "done", timeout=10, what="the run")
+        conn.execute("DROP TRIGGER disk_full ON fleet.job_runs")
+        wait_for(lambda: scalar(conn, "SELECT status FROM fleet.job_runs") == "done", timeout=10, what="the run")
     assert len(errors) == 1 and "No space left on device" in errors[0]["error"], errors
     assert [e[0] for e in job_events(tmp_path)] == ["done"], job_events(tmp_path)

@@ -95,14 +95,14 @@ def test_a_worker_losing_the_database_with_a_run_stops_after_its_grace_and_the_r
         conn = connect(db_url, "fleet-tests")
         start_worker(procs, db_url, tmp_path, "b", *flags)
         wait_for(
-            lambda: conn.execute("SELECT attempts, locked_by FROM job_runs").fetchone()
+            lambda: conn.execute("SELECT attempts, locked_by FROM fleet.job_runs").fetchone()
             == {"attempts": 2, "locked_by": "b"},
             timeout=15,
             what="b to take the run over once a's lease ran out",
         )
     assert took < 1 + 2.5, took  # the grace period, then out, though nothing could be recorded
     assert left and left[0]["left_to_lease"] == 1, a_events[-5:]
-    hist = conn.execute("SELECT attempt, worker_id, outcome FROM job_attempts").fetchall()
+    hist = conn.execute("SELECT attempt, worker_id, outcome FROM fleet.job_attempts").fetchall()
     assert hist == [{"attempt": 1, "worker_id": "a", "outcome": "lease_expired"}]
     conn.close()
     print(f"lost the database with a run: stopped {took:.2f}s after SIGTERM (grace 1 s); b took the run over")

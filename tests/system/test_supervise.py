@@ -25,7 +25,7 @@ from psycopg.conninfo import make_conninfo
 from fleet.db import connect
 from fleet.envfile import parse_env, render_env
 from fleet.migrate import migrate
-from ops.control import ProcInfo, Supervisor, SupervisorUnavailable, serverurl_from_config
+from fleet.ops.control import ProcInfo, Supervisor, SupervisorUnavailable, serverurl_from_config
 from tests.support import BIN, ROOT, apply_text, fleetctl_cmd, job_events, scalar, wait_for
 
 FAST = {"FLEET_LEASE": "2", "FLEET_HEARTBEAT": "0.5", "FLEET_POLL": "0.5", "FLEET_TICKER_POLL": "0.5"}
@@ -189,14 +189,14 @@ def test_supervisor_config_runs_ticker_and_workers_which_wait_for_the_schema(
             migrate(conn)
             apply_text(conn, '[[schedule]]\nname = "tick"\nevery = "1s"\njob = "noop"\noverlap = "allow"\n')
             wait_for(
-                lambda: scalar(conn, "SELECT count(*) FROM job_runs WHERE status = 'done'") >= 5,
+                lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") >= 5,
                 timeout=30,
                 what="runs getting done",
             )
-            ids = {r["id"] for r in conn.execute("SELECT id FROM fleet_processes")}
+            ids = {r["id"] for r in conn.execute("SELECT id FROM fleet.processes")}
             host = os.uname().nodename
             assert {f"{host}:worker_0{i}" for i in range(3)} | {f"{host}:ticker_00"} <= ids
-            workers = {r["worker_id"] for r in conn.execute("SELECT DISTINCT worker_id FROM job_attempts")}
+            workers = {r["worker_id"] for r in conn.execute("SELECT DISTINCT worker_id FROM fleet.job_attempts")}
             assert workers <= {f"{host}:worker_0{i}" for i in range(3)}
         assert running(sv) == first and proc.poll() is None
         print(
@@ -240,8 +240,8 @@ def test_worker_sigkilled_under_supervisord_is_restarted_and_its_run_finished(
         sv = Supervisor(serverurl_from_config(conf))
         before = wait_running(sv, 3)
         conn.execute(
-            "INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
-            "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM schedules"
+            "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
+            "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM fleet.schedules"
         )
         start = wait_for(lambda: [e for e in job_events(tmp_path) if e[0] == "start"], what="the run to start")[0]
         victim_pid, victim = int(start[4]), start[3].split(":")[-1]
@@ -256,7 +256,7 @@ def test_worker_sigkilled_under_supervisord_is_restarted_and_its_run_finished(
         restarted = running(sv)
         restarted_after = time.monotonic() - killed
         wait_for(
-            lambda: scalar(conn, "SELECT status::text FROM job_runs") == "done",
+            lambda: scalar(conn, "SELECT status::text FROM fleet.job_runs") == "done",
             timeout=30,
             what="the run to be finished by a worker",
         )
@@ -264,7 +264,7 @@ def test_worker_sigkilled_under_supervisord_is_restarted_and_its_run_finished(
         assert {k: v for k, v in restarted.items() if k != victim} == {
             k: v for k, v in before.items() if k != victim
         }
-    hist = conn.execute("SELECT worker_id, outcome FROM job_attempts ORDER BY attempt").fetchall()
+    hist = conn.execute("SELECT worker_id, outcome FROM fleet.job_attempts ORDER BY attempt").fetchall()
     assert [h["outcome"] for h in hist] == ["lease_expired", "done"]
     assert hist[0]["worker_id"].endswith(victim)
     assert [e[0] for e in job_events(tmp_path)].count("done") == 1
@@ -340,7 +340,7 @@ def test_up_in_an_empty_directory_runs_the_examples_and_ctrl_c_stops_everything(
 
             def all_done() -> bool:
                 rows = conn.execute(
-                    "SELECT schedule_name FROM job_runs WHERE status = 'done' GROUP BY schedule_name"
+                    "SELECT schedule_name FROM fleet.job_runs WHERE status = 'done' GROUP BY schedule_name"
                 ).fetchall()
                 return {r["schedule_name"] for r in rows} == set(EXAMPLES)
 
@@ -350,7 +350,7 @@ def test_up_in_an_empty_directory_runs_the_examples_and_ctrl_c_stops_everything(
             ready_after = time.monotonic() - started
             counts = {
                 r["status"]: r["n"]
-                for r in conn.execute("SELECT status::text, count(*) AS n FROM job_runs GROUP BY status")
+                for r in conn.execute("SELECT status::text, count(*) AS n FROM fleet.job_runs GROUP BY status")
             }
         sv = up.supervisor()
         # The runs can all be done before supervisord counts the processes as started (startsecs).
@@ -416,7 +416,7 @@ def test_scale_up_and_down_keeps_the_others_and_runs_each_slot_once(
         sv = up.supervisor()
         two = wait_running(sv, 3)
         wait_for(
-            lambda: scalar(conn, "SELECT count(*) FROM job_runs WHERE status = 'done'") >= 2,
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") >= 2,
             timeout=20,
             what="runs getting done",
         )
@@ -433,7 +433,7 @@ def test_scale_up_and_down_keeps_the_others_and_runs_each_slot_once(
             lambda: (
                 scalar(
                     conn,
-                    "SELECT count(DISTINCT worker_id) FROM job_attempts "
+                    "SELECT count(DISTINCT worker_id) FROM fleet.job_attempts "
                     "WHERE worker_id LIKE '%worker_02' OR worker_id LIKE '%worker_03'",
                 )
                 == 2
@@ -457,9 +457,9 @@ def test_scale_up_and_down_keeps_the_others_and_runs_each_slot_once(
         # Stop creating slots, then let the one worker drain what is left.
         sv.stop("fleet-ticker:ticker_00")
         wait_for(lambda: states(sv)["ticker_00"].state == "STOPPED", timeout=20, what="the ticker to stop")
-        last = scalar(conn, "SELECT max(scheduled_for) FROM job_runs")
+        last = scalar(conn, "SELECT max(scheduled_for) FROM fleet.job_runs")
         wait_for(
-            lambda: scalar(conn, "SELECT count(*) FROM job_runs WHERE status <> 'done'") == 0,
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status <> 'done'") == 0,
             timeout=60,
             what="every run to be done",
         )
@@ -469,7 +469,7 @@ def test_scale_up_and_down_keeps_the_others_and_runs_each_slot_once(
     finally:
         up.end()
 
-    runs = conn.execute("SELECT scheduled_for FROM job_runs ORDER BY scheduled_for").fetchall()
+    runs = conn.execute("SELECT scheduled_for FROM fleet.job_runs ORDER BY scheduled_for").fetchall()
     first = runs[0]["scheduled_for"]
     # No slot lost: one run per second from the first to the last, all done...
     assert len(runs) == int((last - first).total_seconds()) + 1
@@ -478,7 +478,7 @@ def test_scale_up_and_down_keeps_the_others_and_runs_each_slot_once(
     assert len(done) == len(set(done)) == len(runs)
     outcomes = {
         r["outcome"]: r["n"]
-        for r in conn.execute("SELECT outcome, count(*) AS n FROM job_attempts GROUP BY outcome")
+        for r in conn.execute("SELECT outcome, count(*) AS n FROM fleet.job_attempts GROUP BY outcome")
     }
     assert outcomes.get("done") == len(runs) and not outcomes.get("dead")
     print(f"scale 2 -> 4 -> 1: {len(runs)} runs, each done once; attempts by outcome {outcomes}")

@@ -43,12 +43,12 @@ def test_three_tickers_create_288_slots_for_a_day_of_5_minute_slots(
         assert codes == [0, 0, 0], [p.output() for p in procs]
         created = [sum(e["created"] for e in tick_events(p, "tick")) for p in procs]
     per_schedule = {r["schedule_name"]: r["n"] for r in conn.execute(
-        "SELECT schedule_name, count(*) AS n FROM job_runs GROUP BY 1")}
+        "SELECT schedule_name, count(*) AS n FROM fleet.job_runs GROUP BY 1")}
     assert per_schedule == {f"five-{i}": 288 for i in range(20)}  # not 864
     assert sum(created) == 20 * 288, created
     assert sum(1 for c in created if c) >= 2, f"the tickers did not overlap: {created}"
     print(f"3 concurrent tickers created {created} slots: 288 per schedule")
-    assert scalar(conn, "SELECT min(next_run_at) FROM schedules") > db_now
+    assert scalar(conn, "SELECT min(next_run_at) FROM fleet.schedules") > db_now
 
 
 @pytest.mark.skipif(shutil.which("faketime") is None, reason="libfaketime (Debian package faketime) not installed")
@@ -72,19 +72,19 @@ job = "noop"
 catchup = "all"
 start_at = "{start.isoformat()}"
 """)
-    initial = conn.execute("SELECT name, next_run_at FROM schedules").fetchall()
+    initial = conn.execute("SELECT name, next_run_at FROM fleet.schedules").fetchall()
     results = {}
     for label, prefix in (("right", []), ("3h behind", ["faketime", "-f", "-3h"]), ("3h ahead", ["faketime", "-f", "+3h"])):
-        conn.execute("DELETE FROM job_runs")
+        conn.execute("DELETE FROM fleet.job_runs")
         for row in initial:
-            conn.execute("UPDATE schedules SET next_run_at = %s WHERE name = %s", (row["next_run_at"], row["name"]))
+            conn.execute("UPDATE fleet.schedules SET next_run_at = %s WHERE name = %s", (row["next_run_at"], row["name"]))
         with processes() as procs:
             p = Proc(ticker_cmd("--until-idle"), env_for(db_url, FAKETIME_DONT_FAKE_MONOTONIC="1"),
                      tmp_path / f"{label}.log", prefix=prefix)
             procs.append(p)
             assert p.wait(timeout=60) == 0, p.output()
-        runs = conn.execute("SELECT schedule_name, scheduled_for, run_after FROM job_runs ORDER BY 1, 2").fetchall()
-        nexts = conn.execute("SELECT name, next_run_at FROM schedules ORDER BY name").fetchall()
+        runs = conn.execute("SELECT schedule_name, scheduled_for, run_after FROM fleet.job_runs ORDER BY 1, 2").fetchall()
+        nexts = conn.execute("SELECT name, next_run_at FROM fleet.schedules ORDER BY name").fetchall()
         results[label] = (runs, nexts)
     assert len(results["right"][0]) == 11  # 6 interval slots (anchored at start_at) + 5 cron slots
     assert results["3h behind"] == results["right"]
@@ -103,16 +103,16 @@ def test_leader_fail_over_keeps_every_slot_once(db_url: str, conn: psycopg.Conne
         assert len(leaders) == 1
         leader = leaders[0]
         standby = procs[1 - procs.index(leader)]
-        before = scalar(conn, "SELECT count(*) FROM job_runs")
+        before = scalar(conn, "SELECT count(*) FROM fleet.job_runs")
         assert before >= 1
         leader.signal(signal.SIGKILL)
         killed = time.monotonic()
         wait_for(lambda: tick_events(standby, "leader_acquired"), timeout=10, what="the standby to take over")
         took_over = time.monotonic() - killed
-        wait_for(lambda: scalar(conn, "SELECT count(*) FROM job_runs") >= before + 3, what="slots after fail-over")
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs") >= before + 3, what="slots after fail-over")
         standby.signal(signal.SIGTERM)
         assert standby.wait(timeout=10) == 0
-    slots = [r["scheduled_for"] for r in conn.execute("SELECT scheduled_for FROM job_runs ORDER BY 1")]
+    slots = [r["scheduled_for"] for r in conn.execute("SELECT scheduled_for FROM fleet.job_runs ORDER BY 1")]
     assert all((b - a) == timedelta(seconds=1) for a, b in zip(slots, slots[1:], strict=False)), "a slot is missing"
     assert len(slots) == len(set(slots))
     assert took_over < 3, took_over
@@ -128,4 +128,4 @@ def test_ticker_stops_cleanly_on_sigterm(db_url: str, conn: psycopg.Connection[A
         p.signal(signal.SIGTERM)
         assert p.wait(timeout=5) == 0
         assert "ticker_stopped" in p.output()
-        assert scalar(conn, "SELECT count(*) FROM fleet_processes") == 0
+        assert scalar(conn, "SELECT count(*) FROM fleet.processes") == 0

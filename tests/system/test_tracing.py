@@ -55,13 +55,13 @@ def worker(procs: list[Proc], env: dict[str, str], tmp: Path, wid: str, *extra: 
 
 
 def run_row(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    r = conn.execute("SELECT * FROM job_runs WHERE schedule_name = 's'").fetchone()
+    r = conn.execute("SELECT * FROM fleet.job_runs WHERE schedule_name = 's'").fetchone()
     assert r is not None
     return r
 
 
 def history(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
-    return conn.execute("SELECT * FROM job_attempts ORDER BY attempt").fetchall()
+    return conn.execute("SELECT * FROM fleet.job_attempts ORDER BY attempt").fetchall()
 
 
 def attempt_spans(receiver: Receiver, slot: Any, n: int) -> list[ReceivedSpan]:
@@ -255,18 +255,18 @@ def test_handlers_make_child_spans_and_commands_get_traceparent(
         '[[schedule]]\nname = "c"\nevery = "1d"\njob = "cmd"\nstart_at = "2099-01-01T00:00:00Z"\n',
     )
     conn.execute(
-        "INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
-        "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM schedules"
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
+        "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM fleet.schedules"
     )
     with processes() as procs:
         worker(procs, traced_env(db_url, receiver.endpoint, tmp_path), tmp_path, "a", "--jobs", str(jobs))
         wait_for(
-            lambda: scalar(conn, "SELECT count(*) FROM job_runs WHERE status = 'done'") == 2, what="both runs"
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") == 2, what="both runs"
         )
         (root,) = attempt_spans(receiver, run_row(conn)["scheduled_for"], 1)
         child = wait_for(lambda: receiver.search(None, **{"app.pages": 3}), what="the handler's span")[0]
         cmd_row = conn.execute(
-            "SELECT trace_id, span_id FROM job_attempts WHERE schedule_name = 'c'"
+            "SELECT trace_id, span_id FROM fleet.job_attempts WHERE schedule_name = 'c'"
         ).fetchone()
     assert (
         child.name == "render report"
@@ -322,9 +322,9 @@ def test_an_unreachable_collector_costs_a_worker_nothing_but_spans(
     rates: dict[str, float] = {}
     exit_after = 0.0
     for mode in ("off", "unreachable", "off", "unreachable"):
-        conn.execute("TRUNCATE job_attempts, job_runs")
+        conn.execute("TRUNCATE fleet.job_attempts, fleet.job_runs")
         conn.execute(
-            "INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
+            "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
             "SELECT 's', '2026-01-01'::timestamptz + make_interval(secs => g), 'noop', 'allow', now() "
             "FROM generate_series(1, %s) g",
             (runs,),
@@ -342,7 +342,7 @@ def test_an_unreachable_collector_costs_a_worker_nothing_but_spans(
             exited = time.time()
         row = conn.execute(
             "SELECT count(*) AS n, min(started_at) AS first, max(finished_at) AS last "
-            "FROM job_attempts WHERE outcome = 'done'"
+            "FROM fleet.job_attempts WHERE outcome = 'done'"
         ).fetchone()
         assert row is not None and row["n"] == runs
         # Best of two trials per mode: noise on a shared machine only ever slows a trial down.

@@ -34,7 +34,7 @@ def worker(procs: list[Proc], db_url: str, tmp: Path, wid: str, *extra: str, env
 
 
 def run_row(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    r = conn.execute("SELECT * FROM job_runs WHERE schedule_name = 's'").fetchone()
+    r = conn.execute("SELECT * FROM fleet.job_runs WHERE schedule_name = 's'").fetchone()
     assert r is not None
     return r
 
@@ -84,7 +84,7 @@ def test_sigstop_zombie_changes_nothing_and_cancels_its_handler(
         assert a.popen.poll() is None  # the zombie keeps serving after losing one run
     r = run_row(conn)
     assert (r["status"], r["attempts"], r["locked_by"]) == ("done", 2, None)
-    hist = conn.execute("SELECT worker_id, outcome FROM job_attempts ORDER BY attempt").fetchall()
+    hist = conn.execute("SELECT worker_id, outcome FROM fleet.job_attempts ORDER BY attempt").fetchall()
     assert hist == [{"worker_id": "a", "outcome": "lease_expired"}, {"worker_id": "b", "outcome": "done"}]
     assert [e[3] for e in job_events(tmp_path) if e[0] == "done"] == ["b"]
 
@@ -97,7 +97,7 @@ def test_retries_back_off_within_their_ceilings_then_dead(
         worker(procs, db_url, tmp_path, "a")
         wait_for(lambda: run_row(conn)["status"] == "dead", timeout=30, what="the run to go dead")
     hist = conn.execute(
-        "SELECT attempt, started_at, finished_at, outcome FROM job_attempts ORDER BY attempt").fetchall()
+        "SELECT attempt, started_at, finished_at, outcome FROM fleet.job_attempts ORDER BY attempt").fetchall()
     assert [h["attempt"] for h in hist] == [1, 2, 3, 4, 5]
     assert [h["outcome"] for h in hist] == ["failed"] * 4 + ["dead"]
     for prev, nxt, ceiling in zip(hist[:-1], hist[1:], [1, 2, 4, 4], strict=True):
@@ -121,7 +121,7 @@ def test_timeout_is_a_failed_attempt(db_url: str, conn: psycopg.Connection[Any],
     with processes() as procs:
         worker(procs, db_url, tmp_path, "a")
         wait_for(lambda: run_row(conn)["status"] == "dead", timeout=20, what="dead after two timeouts")
-    outcomes = [r["outcome"] for r in conn.execute("SELECT outcome FROM job_attempts ORDER BY attempt")]
+    outcomes = [r["outcome"] for r in conn.execute("SELECT outcome FROM fleet.job_attempts ORDER BY attempt")]
     assert outcomes == ["timeout", "dead"]
     assert "timed out" in run_row(conn)["last_error"]
     assert sum(1 for e in job_events(tmp_path) if e[0] == "cancelled") == 2
@@ -130,20 +130,20 @@ def test_timeout_is_a_failed_attempt(db_url: str, conn: psycopg.Connection[Any],
 def test_four_workers_run_each_of_200_runs_once(db_url: str, conn: psycopg.Connection[Any], tmp_path: Path) -> None:
     apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1s"\njob = "noop"\noverlap = "allow"\n'
                'start_at = "2099-01-01T00:00:00Z"\n')
-    conn.execute("INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
+    conn.execute("INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
                  "SELECT 's', '2026-01-01'::timestamptz + make_interval(secs => g), 'noop', 'allow', now() "
                  "FROM generate_series(1, 200) g")
     with processes() as procs:
         for i in range(4):
             worker(procs, db_url, tmp_path, f"w{i}", "--claim-batch", "5", "--concurrency", "2")
-        wait_for(lambda: scalar(conn, "SELECT count(*) FROM job_runs WHERE status = 'done'") == 200,
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") == 200,
                  timeout=60, what="200 runs done")
     done = [e for e in job_events(tmp_path) if e[0] == "done"]
     assert len(done) == 200 and len({e[1] for e in done}) == 200
-    assert scalar(conn, "SELECT max(attempts) FROM job_runs") == 1
-    assert scalar(conn, "SELECT count(*) FROM job_attempts") == 200
+    assert scalar(conn, "SELECT max(attempts) FROM fleet.job_runs") == 1
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_attempts") == 200
     per_worker = {r["worker_id"]: r["n"] for r in conn.execute(
-        "SELECT worker_id, count(*) AS n FROM job_attempts GROUP BY worker_id")}
+        "SELECT worker_id, count(*) AS n FROM fleet.job_attempts GROUP BY worker_id")}
     print(f"200 runs over 4 workers: {per_worker}")
 
 
@@ -156,7 +156,7 @@ def test_heartbeats_racing_the_finishes_lose_no_result(
     n = 20_000
     apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1s"\njob = "noop"\noverlap = "allow"\n'
                'start_at = "2099-01-01T00:00:00Z"\n')
-    conn.execute("INSERT INTO job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
+    conn.execute("INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
                  "SELECT 's', '2026-01-01'::timestamptz + make_interval(secs => g), 'noop', 'allow', now() "
                  "FROM generate_series(1, %s) g", (n,))
     with processes() as procs:
@@ -165,8 +165,8 @@ def test_heartbeats_racing_the_finishes_lose_no_result(
         assert w.wait(120) == 0, w.output()[-2000:]
         stopped = [line for line in w.output().splitlines() if '"event":"worker_stopped"' in line]
     assert len(stopped) == 1 and '"fenced":0' in stopped[0], stopped
-    assert scalar(conn, "SELECT count(*) FROM job_runs WHERE status = 'done'") == n
-    assert scalar(conn, "SELECT max(attempts) FROM job_runs") == 1
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") == n
+    assert scalar(conn, "SELECT max(attempts) FROM fleet.job_runs") == 1
     done = [e for e in job_events(tmp_path) if e[0] == "done"]
     assert len(done) == n and len({e[1] for e in done}) == n
 
@@ -186,7 +186,7 @@ def test_sigterm_hands_the_run_back_at_once(db_url: str, conn: psycopg.Connectio
         retaken = time.monotonic() - sent
     assert exited < 1 + 2, exited
     assert retaken < 5, retaken  # far below the 30 s lease
-    hist = conn.execute("SELECT worker_id, outcome FROM job_attempts ORDER BY attempt").fetchall()
+    hist = conn.execute("SELECT worker_id, outcome FROM fleet.job_attempts ORDER BY attempt").fetchall()
     assert hist == [{"worker_id": "a", "outcome": "handed_back"}]
     r = run_row(conn)
     assert (r["locked_by"], r["status"], r["last_outcome"]) == ("b", "running", "handed_back")
@@ -210,9 +210,9 @@ permanent_exit_codes = [3]
         wait_for(lambda: run_row(conn)["failures"] == 1, what="a retryable failure")
         assert run_row(conn)["status"] in ("pending", "running")
         (tmp_path / "code").write_text("3")
-        conn.execute("UPDATE job_runs SET run_after = now() WHERE status = 'pending'")
+        conn.execute("UPDATE fleet.job_runs SET run_after = now() WHERE status = 'pending'")
         wait_for(lambda: run_row(conn)["status"] == "dead", what="a permanent exit code")
-        conn.execute("UPDATE job_runs SET status = 'pending', run_after = now(), failures = 0")
+        conn.execute("UPDATE fleet.job_runs SET status = 'pending', run_after = now(), failures = 0")
         (tmp_path / "code").write_text("0")
         wait_for(lambda: run_row(conn)["status"] == "done", what="exit 0")
     lines = (tmp_path / "cmd.out").read_text().split("\n")
@@ -227,16 +227,16 @@ def test_overlap_policies_with_a_slow_job(
     apply_text(conn, f'[[schedule]]\nname = "s"\nevery = "1d"\njob = "sleep"\nargs = {{ seconds = 1.2 }}\n'
                f'overlap = "{overlap}"\nstart_at = "2099-01-01T00:00:00Z"\n')
     # Three slots a little apart, all due within the first run's duration.
-    conn.execute("INSERT INTO job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
+    conn.execute("INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
                  "SELECT 's', '2026-01-01'::timestamptz + make_interval(secs => g), job, args, overlap, "
-                 "now() + make_interval(secs => g * 0.3) FROM schedules, generate_series(0, 2) g")
+                 "now() + make_interval(secs => g * 0.3) FROM fleet.schedules, generate_series(0, 2) g")
     with processes() as procs:
         for wid in ("a", "b"):
             worker(procs, db_url, tmp_path, wid, "--concurrency", "2")
-        wait_for(lambda: scalar(conn, "SELECT count(*) FROM job_runs WHERE status IN ('pending', 'running')") == 0,
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status IN ('pending', 'running')") == 0,
                  timeout=20, what="all slots settled")
-    rows = conn.execute("SELECT status::text, last_error FROM job_runs ORDER BY scheduled_for").fetchall()
-    spans = conn.execute("SELECT started_at, finished_at FROM job_attempts ORDER BY started_at").fetchall()
+    rows = conn.execute("SELECT status::text, last_error FROM fleet.job_runs ORDER BY scheduled_for").fetchall()
+    spans = conn.execute("SELECT started_at, finished_at FROM fleet.job_attempts ORDER BY started_at").fetchall()
     overlapping = any(b["started_at"] < a["finished_at"] for a, b in zip(spans, spans[1:], strict=False))
     statuses = [r["status"] for r in rows]
     if overlap == "skip":

@@ -60,7 +60,7 @@ def test_a_worker_stopped_while_its_claim_is_in_flight_does_not_start_the_run_on
         # Hold the claim in the database: a's claim waits for the table lock, with its whole round
         # (through the closing Sync) already sent, so it commits while a is stopped.
         locker.autocommit = False
-        locker.execute("LOCK TABLE job_runs IN EXCLUSIVE MODE")
+        locker.execute("LOCK TABLE fleet.job_runs IN EXCLUSIVE MODE")
         a = start_worker(procs, db_url, tmp_path, "a", *FAST)
         wait_for(
             lambda: scalar(
@@ -73,12 +73,12 @@ def test_a_worker_stopped_while_its_claim_is_in_flight_does_not_start_the_run_on
         a.signal(signal.SIGSTOP)
         locker.commit()
         wait_for(
-            lambda: scalar(conn, "SELECT locked_by FROM job_runs") == "a",
+            lambda: scalar(conn, "SELECT locked_by FROM fleet.job_runs") == "a",
             what="a's claim to commit while a is stopped",
         )
         start_worker(procs, db_url, tmp_path, "b", *FAST)
         wait_for(
-            lambda: scalar(conn, "SELECT status FROM job_runs") == "done",
+            lambda: scalar(conn, "SELECT status FROM fleet.job_runs") == "done",
             timeout=20,
             what="b to take the run over and finish it",
         )
@@ -91,7 +91,7 @@ def test_a_worker_stopped_while_its_claim_is_in_flight_does_not_start_the_run_on
         time.sleep(0.5)  # a started handler writes its start at once
         events = job_events(tmp_path)
     assert [(e[0], e[2], e[3]) for e in events] == [("start", "2", "b"), ("done", "2", "b")], events
-    assert scalar(conn, "SELECT attempts FROM job_runs") == 2
+    assert scalar(conn, "SELECT attempts FROM fleet.job_runs") == 2
 
 
 def test_a_handler_still_running_after_its_run_was_retaken_does_not_hide_the_new_attempt(
@@ -108,12 +108,12 @@ def test_a_handler_still_running_after_its_run_was_retaken_does_not_hide_the_new
         time.sleep(2.6)  # past the 2 s lease
         a.signal(signal.SIGCONT)
         wait_for(
-            lambda: scalar(conn, "SELECT status FROM job_runs") == "done",
+            lambda: scalar(conn, "SELECT status FROM fleet.job_runs") == "done",
             timeout=20,
             what="the run to be finished",
         )
         time.sleep(0.3)
     starts = [e[2] for e in job_events(tmp_path) if e[0] == "start"]
     assert starts == ["1", "2"], job_events(tmp_path)
-    history = conn.execute("SELECT attempt, outcome FROM job_attempts ORDER BY attempt").fetchall()
+    history = conn.execute("SELECT attempt, outcome FROM fleet.job_attempts ORDER BY attempt").fetchall()
     assert [(h["attempt"], h["outcome"]) for h in history] == [(1, "lease_expired"), (2, "done")]

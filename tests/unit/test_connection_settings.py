@@ -7,9 +7,9 @@ import pytest
 
 from fleet.db import _kwargs, url_params
 from fleet.errors import ConfigError
-from ops.cli import main as fleetctl
-from ticker.cli import main as ticker
-from worker.cli import main as worker
+from fleet.ops.cli import main as fleetctl
+from fleet.ticker.cli import main as ticker
+from fleet.worker.cli import main as worker
 
 BAD = [
     ("host=x port", 'missing "=" after "port"'),

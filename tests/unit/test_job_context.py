@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, timedelta
 
-from worker.attempt import Attempt
+from fleet.worker.attempt import Attempt
 
 SLOT = datetime(2026, 11, 2, 1, 0, tzinfo=UTC)
 

@@ -7,7 +7,12 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FORBIDDEN = {"fleet": {"ticker", "worker", "ops"}, "ticker": {"worker", "ops"}, "worker": {"ticker", "ops"}}
+ROLES = ("fleet.ticker", "fleet.worker", "fleet.ops")
+FORBIDDEN = {
+    "fleet": set(ROLES),
+    "fleet.ticker": {"fleet.worker", "fleet.ops"},
+    "fleet.worker": {"fleet.ticker", "fleet.ops"},
+}
 
 
 def imported_packages(path: Path) -> set[str]:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from worker.attempt import LEASE_RAN_OUT, trusted_for
-from worker.heartbeat import LeaseWatch
+from fleet.worker.attempt import LEASE_RAN_OUT, trusted_for
+from fleet.worker.heartbeat import LeaseWatch
 
 
 @dataclass

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fleet.ops.control import ProcInfo
 from fleet.schedfile import load
 from fleet.schedule import slots_between
 from loadtest.faults import plan_faults
@@ -18,7 +19,6 @@ from loadtest.jobs import WorkArgs, draw_duration, is_permanent, is_transient, p
 from loadtest.load import schedules_toml
 from loadtest.measures import percentile
 from loadtest.profile import LONG, SHORT
-from ops.control import ProcInfo
 
 
 def test_fault_plan_is_reproducible_and_delivers_every_fault_inside_the_window() -> None:

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 from opentelemetry.trace import SpanKind, StatusCode
 
 from fleet import telemetry
-from worker.attempt import Attempt, execute
+from fleet.worker.attempt import Attempt, execute
 
 SLOT = datetime(2026, 11, 2, 1, 0, tzinfo=UTC)
 

@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ops import live
-from ops.control import ProcInfo
-from ops.up import UpLock, control_socket
+from fleet.ops import live
+from fleet.ops.control import ProcInfo
+from fleet.ops.up import UpLock, control_socket
 
 
 def test_a_second_up_finds_the_first_ones_pid(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import psycopg
 
 from fleet.queries import q
-from worker.attempt import CLAIM_COLUMNS, HOST, Attempt, trusted_for
+from fleet.worker.attempt import CLAIM_COLUMNS, HOST, Attempt, trusted_for
 
 # Random bytes per claimable run: its attempt's trace id (16) and span id (8).
 ID_BYTES = 24

@@ -10,9 +10,9 @@ from typing import Any
 
 import psycopg
 
+from fleet.ops.control import ProcInfo
+from fleet.ops.inspect import schedule_health
 from fleet.queries import q
-from ops.control import ProcInfo
-from ops.inspect import schedule_health
 
 COLUMNS = ("SCHEDULE", "VERDICT", "LAST SLOT", "NEXT", "PENDING", "RUNNING", "DONE/1h", "RETRIED/1h",
            "DEAD", "SKIPPED/1h")

@@ -15,7 +15,7 @@ from fleet.errors import ConfigError
 from fleet.jobs import registered
 from fleet.settings import worker_settings
 from fleet.signals import on_stop_signal
-from worker.loop import Worker
+from fleet.worker.loop import Worker
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -52,7 +52,7 @@ def _params(spec: ScheduleSpec, next_run_at: datetime | None) -> dict[str, Any]:
 def apply_specs(
     conn: psycopg.Connection[Any], specs: list[ScheduleSpec], *, prune: bool, now: datetime | None = None
 ) -> ApplyResult:
-    """Create and update schedules in one transaction (and disable the others with `prune`).
+    """Create and update fleet.schedules in one transaction (and disable the others with `prune`).
 
     A new schedule's first slot is the first at or after `start_at` (or the database's now()); a
     `start_at` in the past is downtime the catch-up policy handles. A changed timing, or a schedule

@@ -12,13 +12,13 @@ from typing import Any
 import orjson
 import psycopg
 
+from fleet.ops import health
+from fleet.ops.cli import UsageError, db
+from fleet.ops.targets import iso, parse_instant, require_schedules, run_row
 from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
 from fleet.schedule import TimingError, nominal_interval, timing_of
 from fleet.telemetry import DEFAULT_JAEGER_URL, jaeger_search_url
-from ops import health
-from ops.cli import UsageError, db
-from ops.targets import iso, parse_instant, require_schedules, run_row
 
 RUN_STATUSES = ("pending", "running", "done", "dead", "skipped", "discarded")
 SLOT_HELP = "the slot, ISO-8601 (e.g. 2026-11-02T10:00:00Z; no offset: UTC)"

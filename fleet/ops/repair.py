@@ -16,10 +16,10 @@ from typing import Any
 
 import psycopg
 
+from fleet.ops.cli import UsageError, db
+from fleet.ops.targets import iso, parse_instant, parse_span, run_row, schedule_row
 from fleet.queries import q
 from fleet.schedule import first_slot_at_or_after, slots_between, timing_of
-from ops.cli import UsageError, db
-from ops.targets import iso, parse_instant, parse_span, run_row, schedule_row
 
 # A backfill larger than this is refused: it would flood the workers (narrow the range instead).
 MAX_BACKFILL_SLOTS = 10_000

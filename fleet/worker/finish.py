@@ -13,7 +13,7 @@ from psycopg.rows import tuple_row
 
 from fleet.backoff import backoff_delay
 from fleet.queries import q
-from worker.attempt import HOST, Attempt, Outcome
+from fleet.worker.attempt import HOST, Attempt, Outcome
 
 DONE = Outcome("done", "done")  # the outcome of nearly every attempt, shared (outcomes are not changed)
 

@@ -12,7 +12,7 @@ from fleet import logs, telemetry
 from fleet.errors import ConfigError, DatabaseUnavailable
 from fleet.settings import ticker_settings
 from fleet.signals import on_stop_signal
-from ticker.loop import Ticker
+from fleet.ticker.loop import Ticker
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,11 +19,11 @@ from fleet.jobs import Handler
 from fleet.queries import q
 from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings
-from worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, execute
-from worker.claim import Skipped, claim_result, send_claim
-from worker.finish import DONE, decide, finish_result, handed_back, send_finish
-from worker.heartbeat import Heartbeat, LeaseWatch
-from worker.listen import Listener
+from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, execute
+from fleet.worker.claim import Skipped, claim_result, send_claim
+from fleet.worker.finish import DONE, decide, finish_result, handed_back, send_finish
+from fleet.worker.heartbeat import Heartbeat, LeaseWatch
+from fleet.worker.listen import Listener
 
 _STOP_POLL_S = 0.05
 # Waiting for the database: borrow attempts this long, so a stop request is seen within a second.

@@ -35,15 +35,15 @@ from fleet.envfile import render_env
 from fleet.errors import ConfigError, ScheduleFileError
 from fleet.jobs import registered
 from fleet.migrate import migrate
+from fleet.ops import live
+from fleet.ops.apply import apply_specs
+from fleet.ops.cli import UsageError
+from fleet.ops.control import ProcInfo, Supervisor, SupervisorUnavailable, serverurl_from_config
+from fleet.ops.supervise import default_bin_dir, default_grace
 from fleet.queries import q
 from fleet.schedfile import ScheduleSpec, load
 from fleet.signals import on_stop_signal
 from fleet.supervisor import TICKER_STOPWAIT_S, SupervisorOptions, render
-from ops import live
-from ops.apply import apply_specs
-from ops.cli import UsageError
-from ops.control import ProcInfo, Supervisor, SupervisorUnavailable, serverurl_from_config
-from ops.supervise import default_bin_dir, default_grace
 
 DEMO_APP = "fleet.examples.demo_jobs"
 FLEET_DIR = Path(".fleet")

@@ -28,11 +28,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from fleet import logs
 from fleet.db import connect, redact, resolve_url
 from fleet.errors import DatabaseUnavailable
+from fleet.ops import health
+from fleet.ops.cli import UsageError
+from fleet.ops.inspect import live_processes, schedule_health
 from fleet.queries import q
 from fleet.signals import on_stop_signal
-from ops import health
-from ops.cli import UsageError
-from ops.inspect import live_processes, schedule_health
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 # A run is counted once its finish is this old: a finish stamped with its transaction's start time

@@ -8,9 +8,9 @@ from typing import Any
 
 import psycopg
 
+from fleet.ops.cli import UsageError
 from fleet.queries import q
 from fleet.schedule import TimingError, parse_duration
-from ops.cli import UsageError
 
 
 def parse_instant(text: str, flag: str) -> datetime:

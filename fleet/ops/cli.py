@@ -14,7 +14,7 @@ import psycopg
 
 from fleet.db import connect, resolve_url
 from fleet.errors import ConfigError, DatabaseUnavailable, FleetError, ScheduleFileError
-from fleet.migrate import migrate
+from fleet.migrate import current_version, latest_version, migrate
 from fleet.schedfile import load
 
 Command = Callable[[argparse.Namespace], int]
@@ -29,6 +29,16 @@ def db(args: argparse.Namespace, role: str = "fleetctl") -> psycopg.Connection[A
     return connect(resolve_url(url), role)
 
 
+def require_schema(conn: psycopg.Connection[Any]) -> None:
+    """Refuse (UsageError) a database whose fleet schema is missing or older than this fleet's: only
+    `fleetctl migrate` changes the schema, so the role that applies schedules needs no DDL rights."""
+    have, want = current_version(conn), latest_version()
+    if have == 0:
+        raise UsageError("the database has no fleet schema; run `fleetctl migrate`")
+    if have < want:
+        raise UsageError(f"the database's fleet schema is at version {have}, not {want}; run `fleetctl migrate`")
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     with db(args) as conn:
         applied = migrate(conn)
@@ -37,7 +47,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from ops.apply import apply_specs
+    from fleet.ops.apply import apply_specs
 
     path = Path(args.file)
     try:
@@ -46,7 +56,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         raise ScheduleFileError([f"file: cannot read {path}: {e.strerror}"]) from None
     specs = load(text)
     with db(args) as conn:
-        migrate(conn)
+        require_schema(conn)
         r = apply_specs(conn, specs, prune=args.prune)
     for label, names in (
         ("created", r.created),
@@ -62,7 +72,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 # Each of these modules adds its subcommands: `add_commands(subparsers) -> dict[name, handler]`.
-COMMAND_MODULES = ("ops.inspect", "ops.repair", "ops.metrics", "ops.supervise")
+COMMAND_MODULES = ("fleet.ops.inspect", "fleet.ops.repair", "fleet.ops.metrics", "fleet.ops.supervise")
 
 
 def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
@@ -110,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"fleetctl {args.command}: the database has no fleet schema; run `fleetctl migrate`",
             file=sys.stderr,
         )
-        return 1
+        return 2
 
 
 if __name__ == "__main__":

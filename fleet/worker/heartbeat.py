@@ -14,10 +14,10 @@ from fleet import logs
 from fleet.db import prepared_statements_broke
 from fleet.queries import q
 from fleet.registry import process_touch
-from worker.attempt import LEASE_RAN_OUT, trusted_for
+from fleet.worker.attempt import LEASE_RAN_OUT, trusted_for
 
 if TYPE_CHECKING:
-    from worker.loop import Worker
+    from fleet.worker.loop import Worker
 
 _TOUCH_EVERY_S = 5.0
 

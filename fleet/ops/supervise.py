@@ -11,10 +11,10 @@ from typing import Any
 
 from fleet.envfile import parse_env
 from fleet.errors import ConfigError
+from fleet.ops.cli import Command, UsageError
+from fleet.ops.control import Supervisor, SupervisorUnavailable, scale_workers, serverurl_from_config
 from fleet.settings import DEFAULT_GRACE_S
 from fleet.supervisor import DEFAULT_MAX_WORKERS, SupervisorOptions, render
-from ops.cli import Command, UsageError
-from ops.control import Supervisor, SupervisorUnavailable, scale_workers, serverurl_from_config
 
 UP_CONFIG = Path(".fleet") / "supervisord.conf"
 SCALE_TIMEOUT_S = 600.0
@@ -107,7 +107,7 @@ def add_commands(sub: Any) -> dict[str, Command]:
     e.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]")
 
     def cmd_up(args: argparse.Namespace) -> int:
-        from ops.up import cmd_up
+        from fleet.ops.up import cmd_up
 
         return cmd_up(args)
 

@@ -15,7 +15,7 @@ from fleet.errors import DatabaseUnavailable
 from fleet.queries import q
 from fleet.registry import process_register, process_remove, process_touch
 from fleet.settings import TickerSettings
-from ticker.tick import TickResult, run_once
+from fleet.ticker.tick import TickResult, run_once
 
 _LEADER_KEY = 0x666C7469636B  # "fltick": the leader lock, a session-level advisory lock
 _RECONNECT_DEADLINE_S = 365 * 86400.0  # keep trying: a process manager restarting us helps nobody
