@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from fleet.ops.apply import apply_specs
+from fleet.apply import apply_specs
 from fleet.schedfile import load
 from loadtest.database import db_clock
 from loadtest.jobs import JOB

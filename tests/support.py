@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import orjson
 import psycopg
 
-from fleet.ops.apply import ApplyResult, apply_specs
+from fleet.apply import ApplyResult, apply_specs
 from fleet.schedfile import load
 
 ROOT = Path(__file__).resolve().parent.parent

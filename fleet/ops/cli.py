@@ -47,7 +47,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from fleet.ops.apply import apply_specs
+    from fleet.apply import apply_specs
 
     path = Path(args.file)
     try:

@@ -28,6 +28,7 @@ from typing import Any
 
 import psycopg
 
+from fleet.apply import apply_specs
 from fleet.command_jobs import load_command_jobs
 from fleet.db import connect, redact
 from fleet.embedded import EMBEDDED_DIR, embedded_url, stop_embedded
@@ -36,7 +37,6 @@ from fleet.errors import ConfigError, ScheduleFileError
 from fleet.jobs import registered
 from fleet.migrate import migrate
 from fleet.ops import live
-from fleet.ops.apply import apply_specs
 from fleet.ops.cli import UsageError
 from fleet.ops.control import ProcInfo, Supervisor, SupervisorUnavailable, serverurl_from_config
 from fleet.ops.supervise import default_bin_dir, default_grace

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from fleet.apply import apply_specs
 from fleet.db import connect
-from fleet.ops.apply import apply_specs
 from fleet.schedfile import load
 from loadtest.bench import stamps
 from loadtest.bench.config import WORKER_FLAGS, Bench

@@ -7,8 +7,8 @@ import time
 
 import psycopg
 
+from fleet.apply import apply_specs
 from fleet.db import connect
-from fleet.ops.apply import apply_specs
 from fleet.schedfile import load
 from fleet.settings import DEFAULT_CATCHUP_LIMIT, DEFAULT_TICK_BATCH
 from fleet.ticker.tick import run_once

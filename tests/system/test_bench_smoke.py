@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from fleet.ops.apply import apply_specs
+from fleet.apply import apply_specs
 from fleet.schedfile import load
 from loadtest.bench.ticker_cost import materialise
 from tests.support import ROOT

@@ -1,4 +1,4 @@
-"""`fleetctl apply`: make the database's schedules match a file, all or nothing."""
+"""Applying schedules: make the database's schedules match a list of specs, all or nothing."""
 
 from __future__ import annotations
 
