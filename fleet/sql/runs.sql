@@ -116,8 +116,10 @@ out AS (
 ),
 lost AS (
     -- The previous attempt of a reclaimed run died with its worker: record it from the row.
-    INSERT INTO fleet.job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid, started_at,
-                              finished_at, outcome, error, trace_id, span_id)
+    -- Every column of job_attempts, in table order (schedule_name, scheduled_for, attempt, worker_id,
+    -- host, pid, started_at, finished_at, outcome, error, trace_id, span_id): the list is left out to
+    -- keep the statement under psycopg's 4 kB cache limit.
+    INSERT INTO fleet.job_attempts
     SELECT o.schedule_name, o.scheduled_for, o.prev_attempts, coalesce(o.prev_worker, '?'), o.prev_host,
            o.prev_pid, coalesce(o.prev_started_at, o.started_at), o.started_at, 'lease_expired',
            'lease expired', o.prev_trace_id, o.prev_span_id
@@ -205,8 +207,10 @@ fin AS (
               r.started_at, r.trace_id, r.span_id, v.outcome, v.error, v.i
 ),
 history AS (
-    INSERT INTO fleet.job_attempts (schedule_name, scheduled_for, attempt, worker_id, host, pid, started_at,
-                              finished_at, outcome, error, trace_id, span_id)
+    -- Every column of job_attempts, in table order (schedule_name, scheduled_for, attempt, worker_id,
+    -- host, pid, started_at, finished_at, outcome, error, trace_id, span_id): the list is left out to
+    -- keep the statement under psycopg's 4 kB cache limit.
+    INSERT INTO fleet.job_attempts
     SELECT f.schedule_name, f.scheduled_for, f.attempts, %(worker)s, %(host)s, %(pid)s, f.started_at,
            coalesce(%(now)b::timestamptz, now()), f.outcome, f.error, f.trace_id, f.span_id
     FROM fin f
