@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+import urllib.parse
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -106,10 +107,44 @@ def resolve_url(url: str | None, base_dir: Path | None = None) -> str:
     return embedded_url(base_dir)
 
 
+_SECRET_PARAMS = ("password", "sslpassword")
+
+
 def redact(url: str) -> str:
-    """The URL with any password replaced, safe to log."""
-    url = re.sub(r"(://[^:/@?]*:)[^@/?]+@", r"\1***@", url)
-    return re.sub(r"(password=)[^&\s]*", r"\1***", url)
+    """The connection string with its password left out, safe to print, log or trace.
+
+    libpq's own parser reads it (a URL or `key = value` words, any quoting or escaping libpq
+    accepts), and the result is rebuilt as a URL from what it found, less the secrets. A string
+    libpq cannot read is not shown at all: where its password is cannot be known.
+    """
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "(an unreadable connection string)"
+    for key in _SECRET_PARAMS:
+        params.pop(key, None)
+    return _as_url(params)
+
+
+def _as_url(params: dict[str, Any]) -> str:
+    quote = urllib.parse.quote
+    user = params.pop("user", None)
+    hosts = str(params.pop("host", "") or "")
+    ports = str(params.pop("port", "") or "")
+    dbname = params.pop("dbname", None)
+    netloc = ""
+    if hosts and not hosts.startswith("/") and "," not in hosts:
+        netloc = quote(hosts, safe=":[]") + (f":{quote(ports, safe='')}" if ports else "")
+    else:  # a socket directory or several hosts: as query parameters, as libpq reads them
+        if hosts:
+            params["host"] = hosts
+        if ports:
+            params["port"] = ports
+    if user:
+        netloc = f"{quote(str(user), safe='')}@{netloc}"
+    path = f"/{quote(str(dbname), safe='')}" if dbname else ""
+    query = urllib.parse.urlencode(sorted((k, str(v)) for k, v in params.items()))
+    return f"postgresql://{netloc}{path}" + (f"?{query}" if query else "")
 
 
 def url_params(url: str, flag: str = "database URL") -> dict[str, Any]:
@@ -117,7 +152,15 @@ def url_params(url: str, flag: str = "database URL") -> dict[str, Any]:
     try:
         return conninfo_to_dict(url)
     except psycopg.ProgrammingError as e:
-        raise ConfigError(f"{flag}: {redact(str(e).strip())}") from None
+        why = (str(e).strip() or "unreadable").splitlines()[0]
+        if not why.startswith(("invalid URI query parameter", "invalid connection option")):
+            # libpq quotes the part it could not read, which may hold the password: leave it out.
+            # (The two kinds above quote the name of an option, never a value.)
+            why = re.sub(r'"[^"]*"', "…", why)
+        raise ConfigError(
+            f"{flag}: not a PostgreSQL connection string ({why}); expected "
+            "postgresql://USER@HOST:5432/DBNAME or 'host=HOST dbname=DBNAME'"
+        ) from None
 
 
 def _kwargs(url: str, application_name: str, prepare: bool = False) -> dict[str, Any]:
