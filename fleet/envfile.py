@@ -6,8 +6,12 @@ The same file serves supervisord's programs (through `fleetctl exec-env`), a sys
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
-from collections.abc import Mapping
+import stat
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from fleet.errors import ConfigError
 
@@ -71,3 +75,49 @@ def render_env(env: Mapping[str, str]) -> str:
         lines.append(f"{key}={value}" if plain else f"{key}='{value}'" if "'" not in value else
                      f'{key}="' + value.replace("\\", "\\\\").replace('"', '\\"') + '"')
     return "".join(line + "\n" for line in lines)
+
+
+# What an environment file may set without being named: fleet's own settings, the OpenTelemetry
+# SDK's and libpq's. Anything else (LD_PRELOAD, PYTHONPATH, PATH, an application's own secret) must
+# be named by the operator, so that whoever can write the file cannot choose what code runs.
+ALLOWED_BY_DEFAULT = ("FLEET_*", "OTEL_*", "PG*")
+
+
+def read_env_file(path: Path, allow: Iterable[str] = ()) -> tuple[dict[str, str], list[str]]:
+    """The variables of the environment file at `path` and the warnings to print.
+
+    Refused (ConfigError naming the file or the variable): a file that others than its owner may
+    write (anyone who could write it chooses what the processes run), a variable that matches neither
+    ALLOWED_BY_DEFAULT nor a pattern of `allow` (shell-style, e.g. `APP_*`). Warned: a file that
+    anyone may read (it usually holds the database password), as libpq warns of a `.pgpass`.
+    """
+    try:
+        with open(path, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            raw = f.read()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read it: {e.strerror}") from None
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(
+            f"{path}: writable by group or others (mode {stat.S_IMODE(mode):04o}); "
+            f"run `chmod go-w {path}` (0600 or 0640 with a group that only reads)"
+        )
+    warnings = []
+    if mode & stat.S_IROTH:
+        warnings.append(
+            f"{path}: readable by anyone (mode {stat.S_IMODE(mode):04o}) and may hold a password; "
+            f"run `chmod o-r {path}`"
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    env = parse_env(text, str(path))
+    patterns = (*ALLOWED_BY_DEFAULT, *allow)
+    for key in env:
+        if not any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns):
+            raise ConfigError(
+                f"{path}: {key} is not allowed in an environment file (allowed: "
+                f"{', '.join(ALLOWED_BY_DEFAULT)}, and what --env-allow names)"
+            )
+    return env, warnings

@@ -49,6 +49,7 @@ class SupervisorOptions:
     apps: tuple[str, ...] = ()
     jobs_file: str | None = None
     env_file: str | None = "/etc/fleet/fleet.env"  # None: processes get supervisord's environment only
+    env_allow: tuple[str, ...] = ()  # variables beyond FLEET_*, OTEL_*, PG* the file may set
     logs_dir: str | None = None  # rotated files here; None: supervisord's stdout (or syslog)
     syslog: bool = False  # programs log to syslog: journald when supervisord runs under systemd
     socket: str = "/run/fleet/supervisor.sock"
@@ -85,8 +86,8 @@ def validate(o: SupervisorOptions) -> None:
         raise ConfigError("--syslog: give either --syslog or --logs DIR")
     if len(o.socket) > 100:
         raise ConfigError(f"socket path too long for a unix socket ({len(o.socket)} > 100 bytes): {o.socket}")
-    texts = [o.bin_dir, o.directory, *o.apps, o.jobs_file or "", o.env_file or "", o.logs_dir or "", o.socket,
-             o.pidfile, o.user or ""]
+    texts = [o.bin_dir, o.directory, *o.apps, *o.env_allow, o.jobs_file or "", o.env_file or "",
+             o.logs_dir or "", o.socket, o.pidfile, o.user or ""]
     for text in texts:
         # A newline would end the setting; " ;" starts a comment in supervisord's parser.
         if "\n" in text or "\r" in text or " ;" in text or "\t;" in text:
@@ -106,7 +107,9 @@ def _arg(value: str) -> str:
 def _command(o: SupervisorOptions, exe: str, args: list[str], expanded_id: str) -> str:
     parts = []
     if o.env_file:
-        parts += [_arg(f"{o.bin_dir}/fleetctl"), "exec-env", _arg(o.env_file), "--"]
+        parts += [_arg(f"{o.bin_dir}/fleetctl"), "exec-env"]
+        parts += [f"--allow={_arg(pattern)}" for pattern in o.env_allow]  # before FILE: the rest is argv
+        parts += [_arg(o.env_file), "--"]
     parts += [_arg(f"{o.bin_dir}/{exe}"), *(_arg(a) for a in args), "--id", expanded_id]
     return " ".join(parts)
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleet.envfile import parse_env
+from fleet.envfile import read_env_file
 from fleet.errors import ConfigError
 from fleet.ops.cli import Command, UsageError
 from fleet.ops.control import Supervisor, SupervisorUnavailable, scale_workers, serverurl_from_config
@@ -60,6 +60,8 @@ def add_commands(sub: Any) -> dict[str, Command]:
                    help="log to syslog instead of stdout (journald, when systemd runs supervisord)")
     p.add_argument("--env-file", metavar="FILE", default="/etc/fleet/fleet.env",
                    help="environment file read at each process start (/etc/fleet/fleet.env); '' for none")
+    p.add_argument("--env-allow", metavar="PATTERN", action="append", default=[],
+                   help="variables beyond FLEET_*, OTEL_*, PG* the environment file may set (repeatable)")
     p.add_argument("--run-dir", metavar="DIR", default="/run/fleet",
                    help="directory of the control socket and pid file")
     p.add_argument("--user", metavar="NAME", help="user the processes run as (when supervisord runs as root)")
@@ -103,7 +105,10 @@ def add_commands(sub: Any) -> dict[str, Command]:
         description="Read FILE (NAME=value lines, as systemd's EnvironmentFile= reads them), add its "
         "variables to the environment (the file wins) and replace this process with COMMAND.",
     )
-    e.add_argument("file", help="the environment file")
+    e.add_argument("file", help="the environment file (refused when others may write it)")
+    e.add_argument("--allow", metavar="PATTERN", action="append", default=[],
+                   help="also allow variables matching PATTERN (e.g. APP_*; repeatable); "
+                   "FLEET_*, OTEL_* and PG* are always allowed")
     e.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]")
 
     def cmd_up(args: argparse.Namespace) -> int:
@@ -130,6 +135,7 @@ def cmd_supervisor_config(args: argparse.Namespace) -> int:
         apps=tuple(args.app),
         jobs_file=str(Path(args.jobs).absolute()) if args.jobs else None,
         env_file=str(Path(args.env_file).absolute()) if args.env_file else None,
+        env_allow=tuple(args.env_allow),
         logs_dir=str(Path(args.logs).absolute()) if args.logs else None,
         syslog=args.syslog,
         socket=str(run_dir / "supervisor.sock"),
@@ -184,13 +190,11 @@ def cmd_exec_env(args: argparse.Namespace) -> int:
     if not argv:
         raise UsageError("give the command to run after --")
     try:
-        text = Path(args.file).read_text(encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f"cannot read {args.file}: {e.strerror}") from None
-    try:
-        env = parse_env(text, args.file)
+        env, warnings = read_env_file(Path(args.file), args.allow)
     except ConfigError as e:
         raise UsageError(str(e)) from None
+    for warning in warnings:
+        print(f"fleetctl exec-env: warning: {warning}", file=sys.stderr)
     try:
         os.execvpe(argv[0], argv, {**os.environ, **env})
     except OSError as e:
