@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import ipaddress
 import os
+import ssl
 import threading
 import time
 from collections import Counter
@@ -21,7 +23,6 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 import psycopg
-from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -31,6 +32,14 @@ from fleet.errors import DatabaseUnavailable
 from fleet.ops import health
 from fleet.ops.cli import UsageError
 from fleet.ops.inspect import live_processes, schedule_health
+from fleet.ops.metrics_server import (
+    DEFAULT_INTERVAL_S,
+    MAX_CONNECTIONS,
+    Access,
+    Exposition,
+    MetricsServer,
+    tls_context,
+)
 from fleet.queries import q
 from fleet.signals import on_stop_signal
 
@@ -39,7 +48,21 @@ DEFAULT_LISTEN = "127.0.0.1:9464"
 # commits a moment later, and must not fall behind a window already read.
 SETTLE_S: Final = 2.0
 LATENCY_BUCKETS: Final = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
 )
 LAG_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 FINISHED_STATUSES: Final = ("done", "dead", "skipped")
@@ -141,7 +164,8 @@ class FleetCollector(Collector):
             yield g
             yield from self._counters([s.name for s in schedules])
             yield GaugeMetricFamily(
-                "fleet_scrape_duration_seconds", "time this scrape spent reading the database",
+                "fleet_scrape_duration_seconds",
+                "time this scrape spent reading the database",
                 time.monotonic() - started,
             )
 
@@ -154,42 +178,67 @@ class FleetCollector(Collector):
                     g.add_metric([s.name], v)
             return g
 
-        yield gauge("fleet_schedule_healthy", "1 when the verdict is OK, PAUSED or DISABLED",
-                    lambda s: float(s.healthy))
+        yield gauge(
+            "fleet_schedule_healthy",
+            "1 when the verdict is OK, PAUSED or DISABLED",
+            lambda s: float(s.healthy),
+        )
         verdicts = GaugeMetricFamily(
-            "fleet_schedule_verdict", "1 for the schedule's current verdict, 0 for the others",
+            "fleet_schedule_verdict",
+            "1 for the schedule's current verdict, 0 for the others",
             labels=["schedule", "verdict"],
         )
         for s in schedules:
             for v in health.SEVERITY:
                 verdicts.add_metric([s.name, v], float(s.verdict == v))
         yield verdicts
-        yield gauge("fleet_schedule_since_last_success_seconds",
-                    "time since the newest successful run finished (absent when none did)",
-                    lambda s: s.since_last_success_s)
-        yield gauge("fleet_schedule_quiet_seconds",
-                    "time since the last success, or since the schedule was created, changed or resumed if "
-                    "later: LATE when above 2 intervals", lambda s: s.quiet_s)
-        yield gauge("fleet_schedule_interval_seconds", "the schedule's own cadence around now",
-                    lambda s: s.interval_s)
-        yield gauge("fleet_schedule_dead_runs", "dead runs waiting for an operator's retry or discard",
-                    lambda s: s.dead_runs)
-        yield gauge("fleet_schedule_oldest_pending_age_seconds",
-                    "how long the oldest due pending run has waited (0 when none waits)",
-                    lambda s: s.oldest_pending_age_s or 0.0)
+        yield gauge(
+            "fleet_schedule_since_last_success_seconds",
+            "time since the newest successful run finished (absent when none did)",
+            lambda s: s.since_last_success_s,
+        )
+        yield gauge(
+            "fleet_schedule_quiet_seconds",
+            "time since the last success, or since the schedule was created, changed or resumed if "
+            "later: LATE when above 2 intervals",
+            lambda s: s.quiet_s,
+        )
+        yield gauge(
+            "fleet_schedule_interval_seconds", "the schedule's own cadence around now", lambda s: s.interval_s
+        )
+        yield gauge(
+            "fleet_schedule_dead_runs",
+            "dead runs waiting for an operator's retry or discard",
+            lambda s: s.dead_runs,
+        )
+        yield gauge(
+            "fleet_schedule_oldest_pending_age_seconds",
+            "how long the oldest due pending run has waited (0 when none waits)",
+            lambda s: s.oldest_pending_age_s or 0.0,
+        )
         yield gauge("fleet_schedule_pending_runs", "pending runs that are due", lambda s: s.pending_runs)
         yield gauge("fleet_schedule_running_runs", "runs held by a worker now", lambda s: s.running_runs)
-        yield gauge("fleet_schedule_unserved_runs", "open runs whose job no live worker registered",
-                    lambda s: s.unserved_runs)
+        yield gauge(
+            "fleet_schedule_unserved_runs",
+            "open runs whose job no live worker registered",
+            lambda s: s.unserved_runs,
+        )
         yield gauge("fleet_schedule_paused", "1 when paused by an operator", lambda s: float(s.paused))
-        yield gauge("fleet_schedule_enabled", "0 once the schedules file no longer has it (apply --prune)",
-                    lambda s: float(s.enabled))
-        yield gauge("fleet_schedule_next_run_timestamp_seconds", "the next slot, Unix time",
-                    lambda s: _timestamp(s.next_run_at))
+        yield gauge(
+            "fleet_schedule_enabled",
+            "0 once the schedules file no longer has it (apply --prune)",
+            lambda s: float(s.enabled),
+        )
+        yield gauge(
+            "fleet_schedule_next_run_timestamp_seconds",
+            "the next slot, Unix time",
+            lambda s: _timestamp(s.next_run_at),
+        )
 
     def _counters(self, names: list[str]) -> Iterator[Metric]:
         c = CounterMetricFamily(
-            "fleet_runs_finished", "runs that finished since this exporter started, by status",
+            "fleet_runs_finished",
+            "runs that finished since this exporter started, by status",
             labels=["schedule", "status"],
         )
         for name in names:
@@ -197,24 +246,32 @@ class FleetCollector(Collector):
                 c.add_metric([name, status], self.runs[(name, status)])
         yield c
         c = CounterMetricFamily(
-            "fleet_attempts", "attempts of the runs that finished since this exporter started, by outcome",
+            "fleet_attempts",
+            "attempts of the runs that finished since this exporter started, by outcome",
             labels=["schedule", "outcome"],
         )
         for (name, outcome), n in sorted(self.attempts.items()):
             c.add_metric([name, outcome], n)
         yield c
         c = CounterMetricFamily(
-            "fleet_reclaims", "attempts whose lease ran out and whose run another worker took over",
+            "fleet_reclaims",
+            "attempts whose lease ran out and whose run another worker took over",
             labels=["schedule"],
         )
         for name in names:
             c.add_metric([name], self.reclaims[name])
         yield c
         for metric, doc, hists in (
-            ("fleet_claim_latency_seconds", "from a run becoming due to its last attempt's claim",
-             self.claim_latency),
-            ("fleet_start_lag_seconds",
-             "from the slot time to the first attempt's start (backfills excluded)", self.start_lag),
+            (
+                "fleet_claim_latency_seconds",
+                "from a run becoming due to its last attempt's claim",
+                self.claim_latency,
+            ),
+            (
+                "fleet_start_lag_seconds",
+                "from the slot time to the first attempt's start (backfills excluded)",
+                self.start_lag,
+            ),
         ):
             h = HistogramMetricFamily(metric, doc, labels=["schedule"])
             for name, hist in sorted(hists.items()):
@@ -243,34 +300,107 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, number
 
 
-def serve(url: str, host: str, port: int, stop: threading.Event, settle_s: float = SETTLE_S) -> int:
-    """Serve /metrics on host:port until `stop` is set."""
+OPEN = Access()
+
+
+def serve(
+    url: str,
+    host: str,
+    port: int,
+    stop: threading.Event,
+    settle_s: float = SETTLE_S,
+    interval_s: float = DEFAULT_INTERVAL_S,
+    access: Access = OPEN,
+    tls: ssl.SSLContext | None = None,
+    max_connections: int = MAX_CONNECTIONS,
+) -> int:
+    """Serve /metrics on host:port until `stop` is set, reading the database once per `interval_s`."""
     registry = CollectorRegistry()
     registry.register(FleetCollector(url, settle_s))
+    exposition = Exposition(registry, interval_s)
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry)
+        server = MetricsServer((host, port), exposition, access, tls, max_connections)
     except OSError as e:
         raise UsageError(f"--listen: cannot listen on {host}:{port}: {e.strerror}") from None
+    refresher = threading.Thread(
+        target=exposition.refresh_forever, args=(stop,), name="metrics-refresh", daemon=True
+    )
+    refresher.start()
+    thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+    thread.start()
     bound = server.server_address[1]
-    logs.event("metrics_started", listen=f"{host}:{bound}", database=redact(url))
-    print(f"serving metrics on http://{host}:{bound}/metrics", flush=True)
+    scheme = "https" if tls else "http"
+    shown = f"[{host}]" if ":" in host else host
+    logs.event(
+        "metrics_started",
+        listen=f"{host}:{bound}",
+        database=redact(url),
+        tls=tls is not None,
+        auth=not access.open,
+        interval_s=interval_s,
+    )
+    if access.open and not _loopback(host):
+        logs.event(
+            "metrics_unauthenticated",
+            listen=f"{host}:{bound}",
+            hint="anyone who reaches this address reads every schedule's name and health: set "
+            "FLEET_METRICS_BASIC_AUTH or FLEET_METRICS_TOKEN, or listen on 127.0.0.1",
+        )
+    print(f"serving metrics on {scheme}://{shown}:{bound}/metrics", flush=True)
     try:
         stop.wait()
     finally:
         server.shutdown()
         server.server_close()
         thread.join(5)
+        refresher.join(5)
         logs.event("metrics_stopped")
     return 0
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _access_from_env() -> Access:
+    basic = os.environ.get("FLEET_METRICS_BASIC_AUTH") or None
+    if basic is not None and ":" not in basic:
+        raise UsageError("FLEET_METRICS_BASIC_AUTH: expected USER:PASSWORD")
+    return Access(basic=basic, token=os.environ.get("FLEET_METRICS_TOKEN") or None)
+
+
 def cmd_metrics(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen)
+    if not 0.5 <= args.interval <= 3600:
+        raise UsageError("--interval: between 0.5 and 3600 seconds")
+    if not 1 <= args.max_connections <= 1024:
+        raise UsageError("--max-connections: between 1 and 1024")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UsageError("--tls-cert: give both --tls-cert and --tls-key")
+    tls = None
+    if args.tls_cert:
+        try:
+            tls = tls_context(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            raise UsageError(f"--tls-cert: cannot load the certificate and key: {e}") from None
+    access = _access_from_env()
     url = resolve_url(args.database_url or os.environ.get("FLEET_DATABASE_URL") or None)
     logs.configure(args.log_format or os.environ.get("FLEET_LOG_FORMAT") or "json", process="metrics")
     stop = threading.Event()
     on_stop_signal(lambda _sig: stop.set())
-    return serve(url, host, port, stop)
+    return serve(
+        url,
+        host,
+        port,
+        stop,
+        interval_s=args.interval,
+        access=access,
+        tls=tls,
+        max_connections=args.max_connections,
+    )
 
 
 def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -286,5 +416,28 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     p.add_argument(
         "--log-format", choices=("json", "text"), help="json (default) or text [env FLEET_LOG_FORMAT]"
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        metavar="S",
+        help=f"read the database at most once per S seconds; scrapes in between share the "
+        f"result ({DEFAULT_INTERVAL_S:g})",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=MAX_CONNECTIONS,
+        metavar="N",
+        help=f"connections served at once; more get 503 ({MAX_CONNECTIONS})",
+    )
+    p.add_argument(
+        "--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate (with --tls-key)"
+    )
+    p.add_argument("--tls-key", metavar="FILE", help="the PEM private key of --tls-cert")
+    p.epilog = (
+        "Scrapers must authenticate when FLEET_METRICS_BASIC_AUTH (USER:PASSWORD) or "
+        "FLEET_METRICS_TOKEN (a bearer token) is set."
     )
     return {"metrics": cmd_metrics}

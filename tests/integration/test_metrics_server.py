@@ -1,0 +1,157 @@
+"""The metrics endpoint bounds what a client can hold and reads the database once per interval,
+however many scrapes come; it can require credentials and serve TLS."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import socket
+import ssl
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from prometheus_client.registry import CollectorRegistry
+
+from fleet.ops.metrics import FleetCollector
+from fleet.ops.metrics_server import Access, Exposition, MetricsServer, tls_context
+from tests.support import apply_text
+
+OPEN = Access()
+
+
+@contextlib.contextmanager
+def serving(
+    db_url: str,
+    access: Access = OPEN,
+    tls: ssl.SSLContext | None = None,
+    max_connections: int = 16,
+    deadline_s: float = 2.0,
+    interval_s: float = 60.0,
+) -> Iterator[tuple[str, Exposition]]:
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(db_url, settle_s=0))
+    exposition = Exposition(registry, interval_s)
+    stop = threading.Event()
+    refresher = threading.Thread(target=exposition.refresh_forever, args=(stop,), daemon=True)
+    refresher.start()
+    server = MetricsServer(("127.0.0.1", 0), exposition, access, tls, max_connections, deadline_s)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}/metrics", exposition
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+        refresher.join(5)
+
+
+def get(
+    url: str, headers: dict[str, str] | None = None, context: ssl.SSLContext | None = None
+) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def half_sent(url: str, n: int) -> list[socket.socket]:
+    """`n` connections that send the start of a request and then nothing."""
+    port = int(url.split(":")[2].split("/")[0])
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(b"GET /metr")
+        socks.append(s)
+    return socks
+
+
+@pytest.fixture
+def schedules(conn: psycopg.Connection[Any]) -> None:
+    apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1h"\njob = "noop"\n')
+
+
+@pytest.mark.usefixtures("schedules")
+def test_abandoned_half_requests_do_not_delay_a_scrape(db_url: str) -> None:
+    with serving(db_url, deadline_s=30) as (url, _):
+        socks = half_sent(url, 10)
+        try:
+            started = time.monotonic()
+            status, body = get(url)
+            assert status == 200 and b'fleet_schedule_healthy{schedule="s"} 1.0' in body
+            assert time.monotonic() - started < 2.0
+        finally:
+            for s in socks:
+                s.close()
+
+
+@pytest.mark.usefixtures("schedules")
+def test_connections_past_the_limit_get_503_and_a_request_has_a_deadline(db_url: str) -> None:
+    with serving(db_url, max_connections=3, deadline_s=1.0) as (url, _):
+        socks = half_sent(url, 3)
+        try:
+            time.sleep(0.2)
+            assert get(url)[0] == 503  # every slot is held
+            started = time.monotonic()
+            for s in socks:  # the deadline cuts the three off: the server closes them
+                s.settimeout(5)
+                with contextlib.suppress(ConnectionResetError):
+                    assert s.recv(1024) == b""
+            assert time.monotonic() - started < 3
+            time.sleep(0.2)  # the slots are released once each handler thread ends
+            assert get(url)[0] == 200
+        finally:
+            for s in socks:
+                s.close()
+
+
+@pytest.mark.usefixtures("schedules")
+def test_concurrent_scrapes_share_one_database_read(db_url: str) -> None:
+    with serving(db_url, interval_s=60) as (url, exposition):
+        results: list[int] = []
+        threads = [threading.Thread(target=lambda: results.append(get(url)[0])) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        assert results == [200] * 12
+        assert exposition.computed == 1
+
+
+@pytest.mark.usefixtures("schedules")
+def test_credentials_when_configured(db_url: str) -> None:
+    with serving(db_url, access=Access(basic="prom:s3cret", token="tok-123")) as (url, _):
+        assert get(url)[0] == 401
+        wrong = base64.b64encode(b"prom:nope").decode()
+        assert get(url, {"Authorization": f"Basic {wrong}"})[0] == 401
+        right = base64.b64encode(b"prom:s3cret").decode()
+        assert get(url, {"Authorization": f"Basic {right}"})[0] == 200
+        assert get(url, {"Authorization": "Bearer tok-12"})[0] == 401
+        assert get(url, {"Authorization": "Bearer tok-123"})[0] == 200
+
+
+@pytest.mark.usefixtures("schedules")
+def test_tls(db_url: str, tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    client = ssl.create_default_context(cafile=str(cert))
+    with serving(db_url, tls=tls_context(str(cert), str(key))) as (url, _):
+        status, body = get(url, context=client)
+        assert status == 200 and b"fleet_database_up 1.0" in body
+        with pytest.raises(OSError):  # plain HTTP gets no answer but a closed connection
+            get(url.replace("https://", "http://"))
