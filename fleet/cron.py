@@ -133,7 +133,7 @@ def _field(spec: _Field, text: str, strict: bool) -> tuple[frozenset[int | str],
         raise CronError(f"empty {spec.name} field")
     values: set[int | str] = set()
     forms: list[str] = []
-    for term in text.upper().split(","):
+    for term in text.split(","):
         term_values, form = _term(spec, term, strict)
         values |= term_values
         forms.append(form)
@@ -193,15 +193,16 @@ def _step(spec: _Field, text: str, strict: bool) -> int:
 def _special(spec: _Field, body: str) -> str | None:
     """The special day form `body` is, or None when it is an ordinary term."""
     where = f"{spec.name} field"
+    upper = body.upper()
     if spec is DAY:
-        if body in (LAST, LAST_WEEKDAY):
-            return body
-        if body.endswith("W"):
+        if upper in (LAST, LAST_WEEKDAY):
+            return upper
+        if upper.endswith("W"):
             raise CronError(f"{where}: W is supported only as LW, the last weekday of the month ({body})")
     elif spec is WEEKDAY:
-        if body == "L":
+        if upper == "L":
             raise CronError(f"{where}: L needs a weekday before it, e.g. 5L for the last Friday")
-        if body.endswith("L"):
+        if upper.endswith("L"):
             return f"{_value(spec, body[:-1], body) % 7}L"
         day, hash_sign, nth = body.partition("#")
         if hash_sign:
@@ -213,8 +214,8 @@ def _special(spec: _Field, body: str) -> str | None:
 
 def _value(spec: _Field, text: str, term: str) -> int:
     where = f"{spec.name} field"
-    if text in spec.names:
-        return spec.low + spec.names.index(text)
+    if text.upper() in spec.names:
+        return spec.low + spec.names.index(text.upper())
     if not text.isdigit() or not text.isascii():
         if text == "?":
             raise CronError(f"{where}: ? is not cron; write *")

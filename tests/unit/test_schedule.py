@@ -751,3 +751,293 @@ def test_matches_reference_and_is_consistent(
         if preceding:
             assert latest_slot_at_or_before(t, query) == preceding[-1]
         query += 10 * MINUTE
+
+
+# ---------------------------------------------------------------------------------------------------
+# The daylight saving rule, as docs/reference/cron.md states it, with explicit instants: an
+# expression covering all 24 hours fires at every instant its wall time matches; one covering fewer
+# hours names wall-clock times, each run once (dst_repeated) or shifted/skipped (dst_missing).
+
+ALL_HOURS = "0 " + ",".join(str(h) for h in range(24)) + " * * *"
+
+
+def instants(*texts: str) -> list[datetime]:
+    return [datetime.fromisoformat(text).astimezone(UTC) for text in texts]
+
+
+def half_hours(first: str, count: int) -> list[datetime]:
+    start = datetime.fromisoformat(first).astimezone(UTC)
+    return [start + k * timedelta(minutes=30) for k in range(count)]
+
+
+DST_RULE = [
+    # Europe/Berlin, 2026-03-29 02:00 CET -> 03:00 CEST
+    (
+        BERLIN,
+        utc(2026, 3, 29, 1),
+        "0 * * * *",
+        {},
+        instants(
+            "2026-03-28T23:00+01:00",
+            "2026-03-29T00:00+01:00",
+            "2026-03-29T01:00+01:00",
+            "2026-03-29T03:00+02:00",
+            "2026-03-29T04:00+02:00",
+            "2026-03-29T05:00+02:00",
+            "2026-03-29T06:00+02:00",
+        ),
+    ),
+    (
+        BERLIN,
+        utc(2026, 3, 29, 1),
+        ALL_HOURS,
+        {},
+        instants(
+            "2026-03-28T23:00+01:00",
+            "2026-03-29T00:00+01:00",
+            "2026-03-29T01:00+01:00",
+            "2026-03-29T03:00+02:00",
+            "2026-03-29T04:00+02:00",
+            "2026-03-29T05:00+02:00",
+            "2026-03-29T06:00+02:00",
+        ),
+    ),
+    (
+        BERLIN,
+        utc(2026, 3, 29, 1),
+        "0 */2 * * *",
+        {},
+        instants(
+            "2026-03-29T00:00+01:00",
+            "2026-03-29T03:00+02:00",
+            "2026-03-29T04:00+02:00",
+            "2026-03-29T06:00+02:00",
+        ),
+    ),
+    (
+        BERLIN,
+        utc(2026, 3, 29, 1),
+        "0 */2 * * *",
+        {"dst_missing": "skip"},
+        instants("2026-03-29T00:00+01:00", "2026-03-29T04:00+02:00", "2026-03-29T06:00+02:00"),
+    ),
+    (BERLIN, utc(2026, 3, 29, 1), "30 2 * * *", {}, instants("2026-03-29T03:00+02:00")),
+    (BERLIN, utc(2026, 3, 29, 1), "30 2 * * *", {"dst_missing": "skip"}, []),
+    # Europe/Berlin, 2026-10-25 03:00 CEST -> 02:00 CET
+    (
+        BERLIN,
+        utc(2026, 10, 25, 1),
+        "0 * * * *",
+        {},
+        instants(
+            "2026-10-25T00:00+02:00",
+            "2026-10-25T01:00+02:00",
+            "2026-10-25T02:00+02:00",
+            "2026-10-25T02:00+01:00",
+            "2026-10-25T03:00+01:00",
+            "2026-10-25T04:00+01:00",
+            "2026-10-25T05:00+01:00",
+        ),
+    ),
+    (
+        BERLIN,
+        utc(2026, 10, 25, 1),
+        ALL_HOURS,
+        {},
+        instants(
+            "2026-10-25T00:00+02:00",
+            "2026-10-25T01:00+02:00",
+            "2026-10-25T02:00+02:00",
+            "2026-10-25T02:00+01:00",
+            "2026-10-25T03:00+01:00",
+            "2026-10-25T04:00+01:00",
+            "2026-10-25T05:00+01:00",
+        ),
+    ),
+    (
+        BERLIN,
+        utc(2026, 10, 25, 1),
+        "0 */2 * * *",
+        {},
+        instants("2026-10-25T00:00+02:00", "2026-10-25T02:00+02:00", "2026-10-25T04:00+01:00"),
+    ),
+    (
+        BERLIN,
+        utc(2026, 10, 25, 1),
+        "0 */2 * * *",
+        {"dst_repeated": "last"},
+        instants("2026-10-25T00:00+02:00", "2026-10-25T02:00+01:00", "2026-10-25T04:00+01:00"),
+    ),
+    (BERLIN, utc(2026, 10, 25, 1), "30 2 * * *", {}, instants("2026-10-25T02:30+02:00")),
+    (
+        BERLIN,
+        utc(2026, 10, 25, 1),
+        "30 2 * * *",
+        {"dst_repeated": "last"},
+        instants("2026-10-25T02:30+01:00"),
+    ),
+    # America/New_York, 2026-03-08 02:00 EST -> 03:00 EDT
+    (
+        NEW_YORK,
+        utc(2026, 3, 8, 7),
+        "0 * * * *",
+        {},
+        instants(
+            "2026-03-07T23:00-05:00",
+            "2026-03-08T00:00-05:00",
+            "2026-03-08T01:00-05:00",
+            "2026-03-08T03:00-04:00",
+            "2026-03-08T04:00-04:00",
+            "2026-03-08T05:00-04:00",
+            "2026-03-08T06:00-04:00",
+        ),
+    ),
+    (NEW_YORK, utc(2026, 3, 8, 7), "*/30 * * * *", {}, half_hours("2026-03-07T23:00-05:00", 13)),
+    (
+        NEW_YORK,
+        utc(2026, 3, 8, 7),
+        "0 */3 * * *",
+        {},
+        instants("2026-03-08T00:00-05:00", "2026-03-08T03:00-04:00", "2026-03-08T06:00-04:00"),
+    ),
+    (NEW_YORK, utc(2026, 3, 8, 7), "30 2 * * *", {}, instants("2026-03-08T03:00-04:00")),
+    (NEW_YORK, utc(2026, 3, 8, 7), "30 2 * * *", {"dst_missing": "skip"}, []),
+    # America/New_York, 2026-11-01 02:00 EDT -> 01:00 EST
+    (
+        NEW_YORK,
+        utc(2026, 11, 1, 6),
+        "0 * * * *",
+        {},
+        instants(
+            "2026-10-31T23:00-04:00",
+            "2026-11-01T00:00-04:00",
+            "2026-11-01T01:00-04:00",
+            "2026-11-01T01:00-05:00",
+            "2026-11-01T02:00-05:00",
+            "2026-11-01T03:00-05:00",
+            "2026-11-01T04:00-05:00",
+        ),
+    ),
+    (
+        NEW_YORK,
+        utc(2026, 11, 1, 6),
+        ALL_HOURS,
+        {},
+        instants(
+            "2026-10-31T23:00-04:00",
+            "2026-11-01T00:00-04:00",
+            "2026-11-01T01:00-04:00",
+            "2026-11-01T01:00-05:00",
+            "2026-11-01T02:00-05:00",
+            "2026-11-01T03:00-05:00",
+            "2026-11-01T04:00-05:00",
+        ),
+    ),
+    (
+        NEW_YORK,
+        utc(2026, 11, 1, 6),
+        "0 1-23/3 * * *",
+        {},
+        instants("2026-11-01T01:00-04:00", "2026-11-01T04:00-05:00"),
+    ),
+    (
+        NEW_YORK,
+        utc(2026, 11, 1, 6),
+        "0 1-23/3 * * *",
+        {"dst_repeated": "last"},
+        instants("2026-11-01T01:00-05:00", "2026-11-01T04:00-05:00"),
+    ),
+    (NEW_YORK, utc(2026, 11, 1, 6), "30 1 * * *", {}, instants("2026-11-01T01:30-04:00")),
+    (
+        NEW_YORK,
+        utc(2026, 11, 1, 6),
+        "30 1 * * *",
+        {"dst_repeated": "last"},
+        instants("2026-11-01T01:30-05:00"),
+    ),
+    # Australia/Lord_Howe, 2026-04-05 02:00 +11:00 -> 01:30 +10:30
+    (
+        LORD_HOWE,
+        utc(2026, 4, 4, 15),
+        "0 * * * *",
+        {},
+        instants(
+            "2026-04-04T23:00+11:00",
+            "2026-04-05T00:00+11:00",
+            "2026-04-05T01:00+11:00",
+            "2026-04-05T02:00+10:30",
+            "2026-04-05T03:00+10:30",
+            "2026-04-05T04:00+10:30",
+        ),
+    ),
+    (LORD_HOWE, utc(2026, 4, 4, 15), "*/30 * * * *", {}, half_hours("2026-04-04T23:00+11:00", 13)),
+    (
+        LORD_HOWE,
+        utc(2026, 4, 4, 15),
+        "0 */2 * * *",
+        {},
+        instants("2026-04-05T00:00+11:00", "2026-04-05T02:00+10:30", "2026-04-05T04:00+10:30"),
+    ),
+    (LORD_HOWE, utc(2026, 4, 4, 15), "45 1 * * *", {}, instants("2026-04-05T01:45+11:00")),
+    (
+        LORD_HOWE,
+        utc(2026, 4, 4, 15),
+        "45 1 * * *",
+        {"dst_repeated": "last"},
+        instants("2026-04-05T01:45+10:30"),
+    ),
+    # Australia/Lord_Howe, 2026-10-04 02:00 +10:30 -> 02:30 +11:00
+    (
+        LORD_HOWE,
+        utc(2026, 10, 3, 15, 30),
+        "0 * * * *",
+        {},
+        instants(
+            "2026-10-03T23:00+10:30",
+            "2026-10-04T00:00+10:30",
+            "2026-10-04T01:00+10:30",
+            "2026-10-04T03:00+11:00",
+            "2026-10-04T04:00+11:00",
+            "2026-10-04T05:00+11:00",
+        ),
+    ),
+    (LORD_HOWE, utc(2026, 10, 3, 15, 30), "*/30 * * * *", {}, half_hours("2026-10-03T23:00+10:30", 13)),
+    (
+        LORD_HOWE,
+        utc(2026, 10, 3, 15, 30),
+        "0 */2 * * *",
+        {},
+        instants("2026-10-04T00:00+10:30", "2026-10-04T02:30+11:00", "2026-10-04T04:00+11:00"),
+    ),
+    (LORD_HOWE, utc(2026, 10, 3, 15, 30), "15 2 * * *", {}, instants("2026-10-04T02:30+11:00")),
+    (LORD_HOWE, utc(2026, 10, 3, 15, 30), "15 2 * * *", {"dst_missing": "skip"}, []),
+]
+
+
+@pytest.mark.parametrize(("tz", "change", "expr", "options", "expected"), DST_RULE)
+def test_dst_rule_with_explicit_instants(
+    tz: str, change: datetime, expr: str, options: dict[str, str], expected: list[datetime]
+) -> None:
+    t = cron(expr, tz, **options)
+    assert window(t, change - 3 * HOUR, change + 3 * HOUR) == expected
+    # Walking slot to slot from before the change gives the same instants.
+    walked, slot = [], first_slot_at_or_after(t, change - 3 * HOUR)
+    while slot is not None and slot <= change + 3 * HOUR:
+        walked.append(slot)
+        slot = next_slot(t, slot)
+    assert walked == expected
+
+
+@pytest.mark.parametrize("expr", ["0 * * * *", "0 */1 * * *", "0 0-23 * * *", ALL_HOURS, "*/20 * * * *"])
+def test_every_spelling_of_all_hours_keeps_the_real_cadence(expr: str) -> None:
+    for change in (utc(2026, 3, 29, 1), utc(2026, 10, 25, 1)):
+        slots = window(cron(expr, BERLIN), change - 3 * HOUR, change + 3 * HOUR)
+        gaps = {b - a for a, b in zip(slots, slots[1:], strict=False)}
+        assert gaps == ({timedelta(minutes=20)} if "/20" in expr else {HOUR})
+
+
+@pytest.mark.parametrize("expr", ["0 */2 * * *", "0 0-22 * * *", "0 0,2,4,6,8,10,12,14,16,18,20,22 * * *"])
+def test_fewer_hours_never_run_a_wall_time_twice(expr: str) -> None:
+    slots = window(cron(expr, BERLIN), utc(2026, 10, 24, 12), utc(2026, 10, 25, 12))
+    local = [s.astimezone(ZoneInfo(BERLIN)).replace(tzinfo=None) for s in slots]
+    assert len(local) == len(set(local))
