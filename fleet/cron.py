@@ -129,8 +129,6 @@ def _numbers(values: frozenset[int | str]) -> frozenset[int]:
 
 def _field(spec: _Field, text: str, strict: bool) -> tuple[frozenset[int | str], str]:
     """The values of one field and the field as cronsim is to read it."""
-    if text == "":
-        raise CronError(f"empty {spec.name} field")
     values: set[int | str] = set()
     forms: list[str] = []
     for term in text.split(","):
