@@ -337,7 +337,7 @@ class _IntervalPlan:
 
 @dataclass(frozen=True)
 class _CronPlan:
-    expr: str  # 5 or 6 fields, as cronsim parses them
+    expr: str  # six fields, in forms cronsim reads as cron does (fleet.cron.parse)
     tz: ZoneInfo
     # How matching wall times become instants: one rule for wall-clock expressions, both readings
     # of repeated wall times for cadence expressions.
