@@ -3,6 +3,7 @@ cronsim would make of it, and lenient forms are either given their documented me
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -255,3 +256,57 @@ def test_stored_schedules_keep_the_meaning_they_had(expr: str, first_two: list[d
     with pytest.raises(TimingError):
         validate_timing(Timing(cron=expr))
     assert slots_between(Timing(cron=expr), utc(2026, 1, 5), utc(2026, 12, 31), 2) == first_two
+
+
+# ---------------------------------------------------------------------------------------------------
+# Random lists of every form, against a reference written from Vixie cron's get_range
+
+
+REFERENCE_FIELDS = [(0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 7)]  # low and high of the six
+
+
+def reference_term(low: int, high: int, term: str) -> set[int]:
+    """Vixie cron's range: * or a[-b], then an optional /step; and a/s read as a-high/s."""
+    body, _, step_text = term.partition("/")
+    step = int(step_text) if step_text else 1
+    if body == "*":
+        first, last = low, high
+    elif "-" in body:
+        first, last = (int(part) for part in body.split("-"))
+    else:
+        first = int(body)
+        last = high if step_text else first
+    return set(range(first, last + 1, step))
+
+
+def random_term(rng: random.Random, low: int, high: int, size: int) -> str:
+    a = rng.randint(low, high)
+    b = rng.randint(a, high)
+    s = rng.randint(1, size)
+    return rng.choice([f"{a}", f"{a}-{b}", f"{a}-{b}/{s}", f"{a}-{a}/{s}", f"*/{s}", f"{a}/{s}", "*"])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_lists_match_the_reference(seed: int) -> None:
+    rng = random.Random(seed)
+    fields = []
+    expected: list[set[int]] = []
+    for low, high in REFERENCE_FIELDS:
+        size = 7 if high == 7 else high - low + 1
+        terms = [random_term(rng, low, high, size) for _ in range(rng.randint(1, 3))]
+        fields.append(",".join(terms))
+        expected.append(set().union(*(reference_term(low, high, t) for t in terms)))
+    parsed = parse(" ".join(fields))
+    expected[5] = {w % 7 for w in expected[5]}
+    got = [parsed.seconds, parsed.minutes, parsed.hours, parsed.days, parsed.months, parsed.weekdays]
+    assert got == expected, fields
+    sim = CronSim(parsed.expr, datetime(2026, 1, 1))
+    by_cronsim = [
+        sim.seconds,
+        sim.minutes,
+        sim.hours,
+        sim.days,
+        sim.months,
+        {w % 7 for w in sim.weekdays if isinstance(w, int)},
+    ]
+    assert by_cronsim == expected, (fields, parsed.expr)
