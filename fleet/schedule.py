@@ -4,18 +4,19 @@ Pure functions over timezone-aware datetimes; nothing here reads the clock or to
 A schedule (:class:`Timing`) is either an interval, with slots at ``anchor + k * every`` for every
 integer ``k``, or a cron expression evaluated on the wall clock of an IANA time zone.
 
-Cron expressions are matched against local wall-clock time, and each matching wall time is then placed
-on the UTC time line. Daylight saving time makes some wall times occur twice (fall-back) and others not
-at all (spring-forward); how those are placed depends on the hour field:
+Cron expressions are read with cron's meaning (:mod:`fleet.cron`), matched against local wall-clock
+time, and each matching wall time is then placed on the UTC time line. Daylight saving time makes
+some wall times occur twice (fall-back) and others not at all (spring-forward); how those are placed
+depends on the set of hours the expression covers, not on how it is spelt:
 
-* Cadence expressions, whose hour field is a wildcard or a step (``*``, ``*/2``, ``1-23/4``) or covers
-  all 24 hours, keep their real cadence: every instant whose local wall time matches is a slot. A wall
-  time that occurs twice gives two slots; a wall time that does not exist gives none. ``0 * * * *``
-  therefore fires every 60 real minutes straight through both transitions.
-* Fixed-hour expressions (``30 2 * * *``, ``0 2,3 * * *``) name wall-clock times, and each matching
-  wall time gives at most one slot: a repeated one at its first or last occurrence
-  (``Timing.dst_repeated``), a missing one at the first instant after the gap or not at all
-  (``Timing.dst_missing``).
+* Cadence expressions cover all 24 hours (``0 * * * *``, ``*/15 * * * *``, ``0 */1 * * *``,
+  ``0 0-23 * * *``). Their pattern repeats every hour of real time, so every instant whose local wall
+  time matches is a slot: a wall time that occurs twice gives two slots, one that does not exist gives
+  none. ``0 * * * *`` therefore fires every 60 real minutes straight through a one-hour change.
+* Wall-clock expressions cover fewer hours (``30 2 * * *``, ``0 */2 * * *``, ``0 9-17 * * 1-5``).
+  They name times of day, and each matching wall time gives at most one slot: a repeated one at its
+  first or last occurrence (``Timing.dst_repeated``), a missing one at the first instant after the
+  gap or not at all (``Timing.dst_missing``).
 
 Every slot is a UTC instant, produced once, and the slots of a schedule are strictly increasing.
 """
@@ -34,6 +35,9 @@ from typing import Any, Final, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
+
+from fleet.cron import CronError
+from fleet.cron import parse as parse_cron
 
 __all__ = [
     "Timing",
@@ -62,16 +66,6 @@ _MAX_ZONE_LENGTH: Final = 64
 # calendar repeats every 400 years and every satisfiable day pattern recurs well within cronsim's
 # 50-year search horizon, so one probe from any fixed date suffices.
 _PROBE_START: Final = datetime(2000, 1, 1)
-
-_NICKNAMES: Final = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
 
 _DURATION_UNITS: Final = {
     "w": 7 * 86_400_000_000,
@@ -111,13 +105,14 @@ class Timing:
 
     every: interval schedule; slots are ``anchor + k * every`` for every integer ``k``.
     cron: cron expression with 5 fields, or 6 with seconds first; also ``L``, ``LW``, ``5L``, ``#``
-        and the nicknames ``@yearly @annually @monthly @weekly @daily @midnight @hourly``.
+        and the nicknames ``@yearly @annually @monthly @weekly @daily @midnight @hourly``
+        (the dialect is :mod:`fleet.cron`'s).
     timezone: IANA zone name; cron expressions are evaluated on its wall clock.
     anchor: aware datetime that interval slots are aligned to; ``None`` means the Unix epoch, so
         ``every=5m`` lands on :00, :05, ... Not used by cron schedules.
-    dst_repeated: for fixed-hour cron expressions, which occurrence of a wall time that occurs twice
-        at fall-back is the slot.
-    dst_missing: for fixed-hour cron expressions, whether a wall time that does not exist at
+    dst_repeated: for wall-clock cron expressions (fewer than 24 hours), which occurrence of a wall
+        time that occurs twice at fall-back is the slot.
+    dst_missing: for wall-clock cron expressions, whether a wall time that does not exist at
         spring-forward is shifted to the first instant after the gap or skipped that day.
     """
 
@@ -204,10 +199,11 @@ def validate_timing(t: Timing) -> None:
 
     The message starts with the field at fault: ``cron/every`` when not exactly one of them is set,
     then ``every``, ``cron``, ``timezone``, ``anchor``, ``dst_repeated`` or ``dst_missing``.
-    Cron expressions are refused when cronsim refuses them, when they can never fire, and when
-    they are longer than 200 characters.
+    Cron expressions are refused when :func:`fleet.cron.parse` refuses them (strictly: lenient
+    forms that earlier versions accepted are refused here, though stored schedules using them keep
+    being evaluated), when they can never fire, and when they are longer than 200 characters.
     """
-    _build(t)
+    _build(t, strict=True)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -341,9 +337,9 @@ class _IntervalPlan:
 
 @dataclass(frozen=True)
 class _CronPlan:
-    expr: str  # 5 or 6 fields, as cronsim parses them
+    expr: str  # six fields, in forms cronsim reads as cron does (fleet.cron.parse)
     tz: ZoneInfo
-    # How matching wall times become instants: one rule for fixed-hour expressions, both readings
+    # How matching wall times become instants: one rule for wall-clock expressions, both readings
     # of repeated wall times for cadence expressions.
     rules: tuple[tuple[Repeated, Missing], ...]
 
@@ -412,10 +408,12 @@ class _CronPlan:
 
 @lru_cache(maxsize=1024)
 def _plan(t: Timing) -> _IntervalPlan | _CronPlan:
-    return _build(t)
+    # Stored schedules are evaluated leniently: an expression an earlier version accepted keeps
+    # its slots rather than stopping the ticker; validate_timing refuses it for new files.
+    return _build(t, strict=False)
 
 
-def _build(t: Timing) -> _IntervalPlan | _CronPlan:
+def _build(t: Timing, *, strict: bool) -> _IntervalPlan | _CronPlan:
     if t.every is None and t.cron is None:
         raise TimingError("cron/every: one of them must be set")
     if t.every is not None and t.cron is not None:
@@ -425,7 +423,7 @@ def _build(t: Timing) -> _IntervalPlan | _CronPlan:
             raise TimingError("every: must be a timedelta")
         if t.every <= timedelta(0):
             raise TimingError("every: must be positive")
-    fields, fixed_hours = _parse_cron(t.cron) if t.cron is not None else ("", False)
+    fields, cadence = _parse_cron(t.cron, strict) if t.cron is not None else ("", True)
     tz = zone(t.timezone)
     if t.anchor is not None and (not isinstance(t.anchor, datetime) or t.anchor.utcoffset() is None):
         raise TimingError("anchor: must be a timezone-aware datetime")
@@ -437,12 +435,13 @@ def _build(t: Timing) -> _IntervalPlan | _CronPlan:
     if t.every is not None:
         anchor = _EPOCH if t.anchor is None else t.anchor.astimezone(UTC)
         return _IntervalPlan(every=t.every, anchor=anchor)
-    rules = ((t.dst_repeated, t.dst_missing),) if fixed_hours else _CADENCE_RULES
+    rules = _CADENCE_RULES if cadence else ((t.dst_repeated, t.dst_missing),)
     return _CronPlan(expr=fields, tz=tz, rules=rules)
 
 
-def _parse_cron(cron: str) -> tuple[str, bool]:
-    """Return the expression as cronsim parses it, and whether its hours are fixed wall-clock hours."""
+def _parse_cron(cron: str, strict: bool) -> tuple[str, bool]:
+    """Return the expression as cronsim is to evaluate it, and whether it is a cadence: whether
+    its hours are all 24, so that its pattern repeats every hour of real time."""
     if not isinstance(cron, str):
         raise TimingError("cron: must be a string")
     if len(cron) > _MAX_CRON_LENGTH:
@@ -450,47 +449,19 @@ def _parse_cron(cron: str) -> tuple[str, bool]:
     text = " ".join(cron.split())
     if not text:
         raise TimingError("cron: empty expression")
-    if not (text.isascii() and text.isprintable()):
-        shown = text.encode("unicode_escape").decode("ascii")
-        raise TimingError(f'cron: unexpected characters ("{shown}")')
-    fields = _NICKNAMES.get(text.lower(), text)
-    if fields.startswith("@"):
-        raise TimingError(f'cron: unknown nickname ("{text}")')
-    count = len(fields.split())
-    if count not in (5, 6):
-        raise TimingError(f'cron: expected 5 fields, or 6 with seconds first, not {count} ("{text}")')
+    if not all(c in " \t" or (c.isascii() and c.isprintable()) for c in cron):
+        text = cron.strip().encode("unicode_escape").decode("ascii")
     try:
-        sim = CronSim(fields, _PROBE_START)
-    except CronSimError as e:
-        raise TimingError(f'cron: {_cronsim_reason(fields, e)} ("{text}")') from None
+        parsed = parse_cron(cron, strict=strict)
+    except CronError as e:
+        raise TimingError(f'cron: {e} ("{text}")') from None
     try:
-        next(sim)
-    except StopIteration:
+        next(CronSim(parsed.expr, _PROBE_START))
+    except (CronSimError, StopIteration):
+        # cronsim refuses a day of month that no listed month has (30 February) when the day
+        # of week does not widen it; the fields are fine on their own, so the expression never fires.
         raise TimingError(f'cron: never fires ("{text}")') from None
-    hour_field = fields.split()[-4]
-    fixed_hours = "*" not in hour_field and "/" not in hour_field and len(sim.hours) < 24
-    return fields, fixed_hours
-
-
-def _cronsim_reason(fields: str, error: CronSimError) -> str:
-    """Why cronsim refused `fields`, as a lower-case phrase."""
-    *head, month, weekday = fields.split()
-    # cronsim reports a day of month that no listed month has (e.g. 30 February) as a bad
-    # day-of-month field; if both fields are fine on their own, the combination never fires.
-    if _parses(" ".join([*head, "*", weekday])) and _parses(f"0 0 1 {month} *"):
-        return "never fires"
-    message = str(error)
-    if message.startswith("Bad "):
-        return f"invalid {message[4:]} field"
-    return message[:1].lower() + message[1:]
-
-
-def _parses(fields: str) -> bool:
-    try:
-        CronSim(fields, _PROBE_START)
-    except CronSimError:
-        return False
-    return True
+    return parsed.expr, len(parsed.hours) == 24
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -31,6 +31,10 @@ def snapshot(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
 BAD_CASES = {
     "malformed cron": ('[[schedule]]\nname = "x"\ncron = "61 * * * *"\njob = "noop"\n', ["'x'", "cron"]),
     "never-firing cron": ('[[schedule]]\nname = "x"\ncron = "0 0 30 2 *"\njob = "noop"\n', ["'x'", "cron"]),
+    "cron step larger than its field": ('[[schedule]]\nname = "x"\ncron = "*/90 * * * *"\njob = "noop"\n',
+                                        ["'x'", "cron: minute field: step 90"]),
+    "cron with a no-break space": ('[[schedule]]\nname = "x"\ncron = "0\u00a02 * * *"\njob = "noop"\n',
+                                   ["'x'", "cron: white space U+00A0"]),
     "zero interval": ('[[schedule]]\nname = "x"\nevery = "0s"\njob = "noop"\n', ["'x'", "every"]),
     "negative interval": ('[[schedule]]\nname = "x"\nevery = "-5m"\njob = "noop"\n', ["'x'", "every"]),
     "unknown time zone": ('[[schedule]]\nname = "x"\ncron = "0 2 * * *"\ntimezone = "Mars/Olympus"\njob = "noop"\n',

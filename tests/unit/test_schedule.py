@@ -162,21 +162,21 @@ def test_never_firing_cron_is_refused() -> None:
 @pytest.mark.parametrize(
     ("expr", "message"),
     [
-        ("61 * * * *", 'cron: invalid minute field ("61 * * * *")'),
-        ("*/0 * * * *", 'cron: invalid minute field ("*/0 * * * *")'),
-        ("0 24 * * *", 'cron: invalid hour field ("0 24 * * *")'),
-        ("0 0 * * 8", 'cron: invalid day-of-week field ("0 0 * * 8")'),
-        ("0 0 1 13 *", 'cron: invalid month field ("0 0 1 13 *")'),
-        ("0 0 ? * *", 'cron: invalid day-of-month field ("0 0 ? * *")'),
+        ("61 * * * *", 'cron: minute field: 61 is out of range 0-59 ("61 * * * *")'),
+        ("*/0 * * * *", 'cron: minute field: a step must be at least 1, not 0 ("*/0 * * * *")'),
+        ("0 24 * * *", 'cron: hour field: 24 is out of range 0-23 ("0 24 * * *")'),
+        ("0 0 * * 8", 'cron: day-of-week field: 8 is out of range 0-7 ("0 0 * * 8")'),
+        ("0 0 1 13 *", 'cron: month field: 13 is out of range 1-12 ("0 0 1 13 *")'),
+        ("0 0 ? * *", 'cron: day-of-month field: ? is not cron; write * ("0 0 ? * *")'),
         ("0 0 31 4,6 *", 'cron: never fires ("0 0 31 4,6 *")'),
-        ("0 0 */40 * MON#2", 'cron: never fires ("0 0 */40 * MON#2")'),
+        ("0 0 */31 * MON#2", 'cron: never fires ("0 0 */31 * MON#2")'),
         ("* * * *", 'cron: expected 5 fields, or 6 with seconds first, not 4 ("* * * *")'),
         ("0 0 0 1 1 * 2026", 'cron: expected 5 fields, or 6 with seconds first, not 7 ("0 0 0 1 1 * 2026")'),
         ("@reboot", 'cron: unknown nickname ("@reboot")'),
         ("", "cron: empty expression"),
-        ("0 0 * * MON\x00", 'cron: unexpected characters ("0 0 * * MON\\x00")'),
-        ("٠ * * * *", 'cron: unexpected characters ("\\u0660 * * * *")'),
-        ("0\n0 * *\tX", 'cron: invalid day-of-week field ("0 0 * * X")'),
+        ("0 0 * * MON\x00", 'cron: unexpected character U+0000 ("0 0 * * MON\\x00")'),
+        ("٠ * * * *", 'cron: unexpected character U+0660 ARABIC-INDIC DIGIT ZERO ("\\u0660 * * * *")'),
+        ("0 0 * * X", "cron: day-of-week field: 'X' is not a value (\"0 0 * * X\")"),
     ],
 )
 def test_invalid_cron_is_refused(expr: str, message: str) -> None:
@@ -504,17 +504,16 @@ def test_queries_from_inside_the_repeated_hour() -> None:
     assert next_slot(every_20, utc(2026, 10, 25, 0, 50)) == utc(2026, 10, 25, 1, 0)
 
 
-def test_step_hours_keep_real_cadence() -> None:
+def test_hour_steps_name_wall_clock_hours() -> None:
     start, end = utc(2026, 10, 24, 21), utc(2026, 10, 25, 4)
+    # 02:00 occurs twice; an expression that does not cover all 24 hours runs it once.
     assert window(cron("0 0-23/2 * * *", BERLIN), start, end) == [
         utc(2026, 10, 24, 22),
         utc(2026, 10, 25, 0),
-        utc(2026, 10, 25, 1),
         utc(2026, 10, 25, 3),
     ]
-    assert walls(window(cron("30 */2 * * *", BERLIN), start, end), BERLIN) == [
+    assert walls(window(cron("30 */2 * * *", BERLIN, dst_repeated="last"), start, end), BERLIN) == [
         "00:30+02",
-        "02:30+02",
         "02:30+01",
         "04:30+01",
     ]
@@ -668,8 +667,16 @@ TRANSITIONS = [
     (LORD_HOWE, utc(2026, 4, 4, 15)),
     (LORD_HOWE, utc(2026, 10, 3, 15, 30)),
 ]
-CADENCE = ["0 * * * *", "*/20 * * * *", "30 */2 * * *"]
-FIXED = ["30 1 * * *", "30 2 * * *", "0 2,3 * * *", "0 0 * * *", "15 23,0,1 * * *"]
+CADENCE = ["0 * * * *", "*/20 * * * *", "15 0-23 * * *", "0 */1 * * *"]
+FIXED = [
+    "30 1 * * *",
+    "30 2 * * *",
+    "0 2,3 * * *",
+    "0 0 * * *",
+    "15 23,0,1 * * *",
+    "30 */2 * * *",
+    "0 1-23/3 * * *",
+]
 OPTIONS = [(r, m) for r in ("first", "last") for m in ("shift", "skip")]
 
 
@@ -681,8 +688,7 @@ def reference(
     def matches(wall: datetime) -> bool:
         return next(CronSim(expr, wall - timedelta(seconds=1))) == wall
 
-    hours = expr.split()[1]
-    cadence = "*" in hours or "/" in hours
+    cadence = len(CronSim(expr, start.replace(tzinfo=None)).hours) == 24
     slots = set()
     instant = start
     while instant <= end:
@@ -745,3 +751,293 @@ def test_matches_reference_and_is_consistent(
         if preceding:
             assert latest_slot_at_or_before(t, query) == preceding[-1]
         query += 10 * MINUTE
+
+
+# ---------------------------------------------------------------------------------------------------
+# The daylight saving rule, as docs/reference/cron.md states it, with explicit instants: an
+# expression covering all 24 hours fires at every instant its wall time matches; one covering fewer
+# hours names wall-clock times, each run once (dst_repeated) or shifted/skipped (dst_missing).
+
+ALL_HOURS = "0 " + ",".join(str(h) for h in range(24)) + " * * *"
+
+
+def instants(*texts: str) -> list[datetime]:
+    return [datetime.fromisoformat(text).astimezone(UTC) for text in texts]
+
+
+def half_hours(first: str, count: int) -> list[datetime]:
+    start = datetime.fromisoformat(first).astimezone(UTC)
+    return [start + k * timedelta(minutes=30) for k in range(count)]
+
+
+DST_RULE = [
+    # Europe/Berlin, 2026-03-29 02:00 CET -> 03:00 CEST
+    (
+        BERLIN,
+        utc(2026, 3, 29, 1),
+        "0 * * * *",
+        {},
+        instants(
+            "2026-03-28T23:00+01:00",
+            "2026-03-29T00:00+01:00",
+            "2026-03-29T01:00+01:00",
+            "2026-03-29T03:00+02:00",
+            "2026-03-29T04:00+02:00",
+            "2026-03-29T05:00+02:00",
+            "2026-03-29T06:00+02:00",
+        ),
+    ),
+    (
+        BERLIN,
+        utc(2026, 3, 29, 1),
+        ALL_HOURS,
+        {},
+        instants(
+            "2026-03-28T23:00+01:00",
+            "2026-03-29T00:00+01:00",
+            "2026-03-29T01:00+01:00",
+            "2026-03-29T03:00+02:00",
+            "2026-03-29T04:00+02:00",
+            "2026-03-29T05:00+02:00",
+            "2026-03-29T06:00+02:00",
+        ),
+    ),
+    (
+        BERLIN,
+        utc(2026, 3, 29, 1),
+        "0 */2 * * *",
+        {},
+        instants(
+            "2026-03-29T00:00+01:00",
+            "2026-03-29T03:00+02:00",
+            "2026-03-29T04:00+02:00",
+            "2026-03-29T06:00+02:00",
+        ),
+    ),
+    (
+        BERLIN,
+        utc(2026, 3, 29, 1),
+        "0 */2 * * *",
+        {"dst_missing": "skip"},
+        instants("2026-03-29T00:00+01:00", "2026-03-29T04:00+02:00", "2026-03-29T06:00+02:00"),
+    ),
+    (BERLIN, utc(2026, 3, 29, 1), "30 2 * * *", {}, instants("2026-03-29T03:00+02:00")),
+    (BERLIN, utc(2026, 3, 29, 1), "30 2 * * *", {"dst_missing": "skip"}, []),
+    # Europe/Berlin, 2026-10-25 03:00 CEST -> 02:00 CET
+    (
+        BERLIN,
+        utc(2026, 10, 25, 1),
+        "0 * * * *",
+        {},
+        instants(
+            "2026-10-25T00:00+02:00",
+            "2026-10-25T01:00+02:00",
+            "2026-10-25T02:00+02:00",
+            "2026-10-25T02:00+01:00",
+            "2026-10-25T03:00+01:00",
+            "2026-10-25T04:00+01:00",
+            "2026-10-25T05:00+01:00",
+        ),
+    ),
+    (
+        BERLIN,
+        utc(2026, 10, 25, 1),
+        ALL_HOURS,
+        {},
+        instants(
+            "2026-10-25T00:00+02:00",
+            "2026-10-25T01:00+02:00",
+            "2026-10-25T02:00+02:00",
+            "2026-10-25T02:00+01:00",
+            "2026-10-25T03:00+01:00",
+            "2026-10-25T04:00+01:00",
+            "2026-10-25T05:00+01:00",
+        ),
+    ),
+    (
+        BERLIN,
+        utc(2026, 10, 25, 1),
+        "0 */2 * * *",
+        {},
+        instants("2026-10-25T00:00+02:00", "2026-10-25T02:00+02:00", "2026-10-25T04:00+01:00"),
+    ),
+    (
+        BERLIN,
+        utc(2026, 10, 25, 1),
+        "0 */2 * * *",
+        {"dst_repeated": "last"},
+        instants("2026-10-25T00:00+02:00", "2026-10-25T02:00+01:00", "2026-10-25T04:00+01:00"),
+    ),
+    (BERLIN, utc(2026, 10, 25, 1), "30 2 * * *", {}, instants("2026-10-25T02:30+02:00")),
+    (
+        BERLIN,
+        utc(2026, 10, 25, 1),
+        "30 2 * * *",
+        {"dst_repeated": "last"},
+        instants("2026-10-25T02:30+01:00"),
+    ),
+    # America/New_York, 2026-03-08 02:00 EST -> 03:00 EDT
+    (
+        NEW_YORK,
+        utc(2026, 3, 8, 7),
+        "0 * * * *",
+        {},
+        instants(
+            "2026-03-07T23:00-05:00",
+            "2026-03-08T00:00-05:00",
+            "2026-03-08T01:00-05:00",
+            "2026-03-08T03:00-04:00",
+            "2026-03-08T04:00-04:00",
+            "2026-03-08T05:00-04:00",
+            "2026-03-08T06:00-04:00",
+        ),
+    ),
+    (NEW_YORK, utc(2026, 3, 8, 7), "*/30 * * * *", {}, half_hours("2026-03-07T23:00-05:00", 13)),
+    (
+        NEW_YORK,
+        utc(2026, 3, 8, 7),
+        "0 */3 * * *",
+        {},
+        instants("2026-03-08T00:00-05:00", "2026-03-08T03:00-04:00", "2026-03-08T06:00-04:00"),
+    ),
+    (NEW_YORK, utc(2026, 3, 8, 7), "30 2 * * *", {}, instants("2026-03-08T03:00-04:00")),
+    (NEW_YORK, utc(2026, 3, 8, 7), "30 2 * * *", {"dst_missing": "skip"}, []),
+    # America/New_York, 2026-11-01 02:00 EDT -> 01:00 EST
+    (
+        NEW_YORK,
+        utc(2026, 11, 1, 6),
+        "0 * * * *",
+        {},
+        instants(
+            "2026-10-31T23:00-04:00",
+            "2026-11-01T00:00-04:00",
+            "2026-11-01T01:00-04:00",
+            "2026-11-01T01:00-05:00",
+            "2026-11-01T02:00-05:00",
+            "2026-11-01T03:00-05:00",
+            "2026-11-01T04:00-05:00",
+        ),
+    ),
+    (
+        NEW_YORK,
+        utc(2026, 11, 1, 6),
+        ALL_HOURS,
+        {},
+        instants(
+            "2026-10-31T23:00-04:00",
+            "2026-11-01T00:00-04:00",
+            "2026-11-01T01:00-04:00",
+            "2026-11-01T01:00-05:00",
+            "2026-11-01T02:00-05:00",
+            "2026-11-01T03:00-05:00",
+            "2026-11-01T04:00-05:00",
+        ),
+    ),
+    (
+        NEW_YORK,
+        utc(2026, 11, 1, 6),
+        "0 1-23/3 * * *",
+        {},
+        instants("2026-11-01T01:00-04:00", "2026-11-01T04:00-05:00"),
+    ),
+    (
+        NEW_YORK,
+        utc(2026, 11, 1, 6),
+        "0 1-23/3 * * *",
+        {"dst_repeated": "last"},
+        instants("2026-11-01T01:00-05:00", "2026-11-01T04:00-05:00"),
+    ),
+    (NEW_YORK, utc(2026, 11, 1, 6), "30 1 * * *", {}, instants("2026-11-01T01:30-04:00")),
+    (
+        NEW_YORK,
+        utc(2026, 11, 1, 6),
+        "30 1 * * *",
+        {"dst_repeated": "last"},
+        instants("2026-11-01T01:30-05:00"),
+    ),
+    # Australia/Lord_Howe, 2026-04-05 02:00 +11:00 -> 01:30 +10:30
+    (
+        LORD_HOWE,
+        utc(2026, 4, 4, 15),
+        "0 * * * *",
+        {},
+        instants(
+            "2026-04-04T23:00+11:00",
+            "2026-04-05T00:00+11:00",
+            "2026-04-05T01:00+11:00",
+            "2026-04-05T02:00+10:30",
+            "2026-04-05T03:00+10:30",
+            "2026-04-05T04:00+10:30",
+        ),
+    ),
+    (LORD_HOWE, utc(2026, 4, 4, 15), "*/30 * * * *", {}, half_hours("2026-04-04T23:00+11:00", 13)),
+    (
+        LORD_HOWE,
+        utc(2026, 4, 4, 15),
+        "0 */2 * * *",
+        {},
+        instants("2026-04-05T00:00+11:00", "2026-04-05T02:00+10:30", "2026-04-05T04:00+10:30"),
+    ),
+    (LORD_HOWE, utc(2026, 4, 4, 15), "45 1 * * *", {}, instants("2026-04-05T01:45+11:00")),
+    (
+        LORD_HOWE,
+        utc(2026, 4, 4, 15),
+        "45 1 * * *",
+        {"dst_repeated": "last"},
+        instants("2026-04-05T01:45+10:30"),
+    ),
+    # Australia/Lord_Howe, 2026-10-04 02:00 +10:30 -> 02:30 +11:00
+    (
+        LORD_HOWE,
+        utc(2026, 10, 3, 15, 30),
+        "0 * * * *",
+        {},
+        instants(
+            "2026-10-03T23:00+10:30",
+            "2026-10-04T00:00+10:30",
+            "2026-10-04T01:00+10:30",
+            "2026-10-04T03:00+11:00",
+            "2026-10-04T04:00+11:00",
+            "2026-10-04T05:00+11:00",
+        ),
+    ),
+    (LORD_HOWE, utc(2026, 10, 3, 15, 30), "*/30 * * * *", {}, half_hours("2026-10-03T23:00+10:30", 13)),
+    (
+        LORD_HOWE,
+        utc(2026, 10, 3, 15, 30),
+        "0 */2 * * *",
+        {},
+        instants("2026-10-04T00:00+10:30", "2026-10-04T02:30+11:00", "2026-10-04T04:00+11:00"),
+    ),
+    (LORD_HOWE, utc(2026, 10, 3, 15, 30), "15 2 * * *", {}, instants("2026-10-04T02:30+11:00")),
+    (LORD_HOWE, utc(2026, 10, 3, 15, 30), "15 2 * * *", {"dst_missing": "skip"}, []),
+]
+
+
+@pytest.mark.parametrize(("tz", "change", "expr", "options", "expected"), DST_RULE)
+def test_dst_rule_with_explicit_instants(
+    tz: str, change: datetime, expr: str, options: dict[str, str], expected: list[datetime]
+) -> None:
+    t = cron(expr, tz, **options)
+    assert window(t, change - 3 * HOUR, change + 3 * HOUR) == expected
+    # Walking slot to slot from before the change gives the same instants.
+    walked, slot = [], first_slot_at_or_after(t, change - 3 * HOUR)
+    while slot is not None and slot <= change + 3 * HOUR:
+        walked.append(slot)
+        slot = next_slot(t, slot)
+    assert walked == expected
+
+
+@pytest.mark.parametrize("expr", ["0 * * * *", "0 */1 * * *", "0 0-23 * * *", ALL_HOURS, "*/20 * * * *"])
+def test_every_spelling_of_all_hours_keeps_the_real_cadence(expr: str) -> None:
+    for change in (utc(2026, 3, 29, 1), utc(2026, 10, 25, 1)):
+        slots = window(cron(expr, BERLIN), change - 3 * HOUR, change + 3 * HOUR)
+        gaps = {b - a for a, b in zip(slots, slots[1:], strict=False)}
+        assert gaps == ({timedelta(minutes=20)} if "/20" in expr else {HOUR})
+
+
+@pytest.mark.parametrize("expr", ["0 */2 * * *", "0 0-22 * * *", "0 0,2,4,6,8,10,12,14,16,18,20,22 * * *"])
+def test_fewer_hours_never_run_a_wall_time_twice(expr: str) -> None:
+    slots = window(cron(expr, BERLIN), utc(2026, 10, 24, 12), utc(2026, 10, 25, 12))
+    local = [s.astimezone(ZoneInfo(BERLIN)).replace(tzinfo=None) for s in slots]
+    assert len(local) == len(set(local))
