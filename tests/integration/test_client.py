@@ -8,6 +8,8 @@ import os
 import re
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -292,9 +294,9 @@ def test_fleetctl_and_the_client_give_the_same_answers(
 
 
 @pytest.fixture
-def bare_db_url(server_url: str) -> Any:
+def bare_db_url(server_url: str) -> Iterator[str]:
     """A database without fleet's schema."""
-    name = f"fleet_bare_{free_port()}"
+    name = f"fleet_bare_{uuid.uuid4().hex}"
     with connect(server_url, "fleet-tests admin") as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     yield make_conninfo(server_url, dbname=name)
