@@ -28,7 +28,7 @@ from fleet.schedfile import ScheduleSpec
 
 DEFAULT_APPLICATION_NAME = "fleet-client"
 
-# What a statement on a database without fleet's schema (or with an older one) fails with.
+# What a statement on a database without fleet's schema fails with.
 _NO_SCHEMA = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedObject)
 
 
