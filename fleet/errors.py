@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 
 class FleetError(Exception):
     """Something went wrong in fleet."""
@@ -23,9 +25,55 @@ class DatabaseUnavailable(FleetError):
     """The database cannot be reached."""
 
 
+class DatabaseError(FleetError):
+    """The database refused a statement; the message is the database's own."""
+
+
+class SchemaMissing(FleetError):
+    """The database has no fleet schema, or an older one than this fleet's; run `fleetctl migrate`."""
+
+
+class RequestError(FleetError):
+    """A request names something that does not exist, or asks for what cannot be done; nothing was
+    changed. The message says which."""
+
+
+class UnknownSchedule(RequestError):
+    """No schedule has that name; nothing was changed."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(f"no such schedule: {', '.join(repr(n) for n in names)}")
+        self.names = names
+
+
+class UnknownRun(RequestError):
+    """The schedule has no run at that slot; nothing was changed."""
+
+    def __init__(self, schedule: str, slot: datetime) -> None:
+        super().__init__(f"schedule {schedule!r} has no run at {_iso(slot)}")
+        self.schedule = schedule
+        self.slot = slot
+
+
+class RunStateError(RequestError):
+    """The run is not in a state the request applies to (only a dead run can be retried or
+    discarded); nothing was changed."""
+
+    def __init__(self, schedule: str, slot: datetime, status: str, action: str) -> None:
+        super().__init__(f"{schedule} @ {_iso(slot)} is {status}, not dead: nothing to {action}")
+        self.schedule = schedule
+        self.slot = slot
+        self.status = status
+
+
 class Permanent(Exception):  # noqa: N818 - a handler outcome, named for the reader of a job
     """Raised by a job handler: the run failed and retrying cannot help; it goes to `dead` at once."""
 
 
 class Cancelled(Exception):  # noqa: N818
     """The attempt was cancelled: its lease was lost, it timed out, or the worker is stopping."""
+
+
+def _iso(value: datetime) -> str:
+    """An instant as UTC ISO-8601 with a ``Z``, the way slots are named in every message."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -12,8 +12,17 @@ from typing import Any
 
 import psycopg
 
+from fleet.client import Client
 from fleet.db import connect, resolve_url
-from fleet.errors import ConfigError, DatabaseUnavailable, FleetError, ScheduleFileError
+from fleet.errors import (
+    ConfigError,
+    DatabaseError,
+    DatabaseUnavailable,
+    FleetError,
+    RequestError,
+    ScheduleFileError,
+    SchemaMissing,
+)
 from fleet.migrate import current_version, latest_version, migrate
 from fleet.schedfile import load
 
@@ -27,6 +36,13 @@ class UsageError(FleetError):
 def db(args: argparse.Namespace, role: str = "fleetctl") -> psycopg.Connection[Any]:
     url = args.database_url or os.environ.get("FLEET_DATABASE_URL") or None
     return connect(resolve_url(url), role)
+
+
+def client(args: argparse.Namespace) -> Client:
+    """The fleet.Client of the database the command names: the commands that an application can
+    also run through a Client get their data through it, so both take one code path."""
+    url = args.database_url or os.environ.get("FLEET_DATABASE_URL") or None
+    return Client(resolve_url(url), application_name="fleetctl")
 
 
 def require_schema(conn: psycopg.Connection[Any]) -> None:
@@ -109,10 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in e.problems:
             print(f"fleetctl {args.command}: {line}", file=sys.stderr)
         return 2
-    except (UsageError, ConfigError) as e:
+    except (UsageError, ConfigError, RequestError, SchemaMissing) as e:
         print(f"fleetctl {args.command}: {e}", file=sys.stderr)
         return 2
-    except DatabaseUnavailable as e:
+    except (DatabaseUnavailable, DatabaseError) as e:
         print(f"fleetctl {args.command}: {e}", file=sys.stderr)
         return 1
     except psycopg.errors.UndefinedTable:

@@ -5,123 +5,31 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
 import orjson
 import psycopg
 
-from fleet.ops import health
-from fleet.ops.cli import UsageError, db
-from fleet.ops.targets import iso, parse_instant, require_schedules, run_row
+from fleet import inspect
+from fleet.client import Client
+from fleet.ops.cli import UsageError, client, db
+from fleet.ops.targets import iso, parse_instant, require_schedules
 from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
-from fleet.schedule import TimingError, nominal_interval, timing_of
+from fleet.results import RUN_STATUSES, ScheduleHealth
 from fleet.telemetry import DEFAULT_JAEGER_URL, jaeger_search_url
 
-RUN_STATUSES = ("pending", "running", "done", "dead", "skipped", "discarded")
 SLOT_HELP = "the slot, ISO-8601 (e.g. 2026-11-02T10:00:00Z; no offset: UTC)"
-DEFAULT_RUNS_LIMIT = 20
-
-
-@dataclass
-class ScheduleHealth:
-    """One schedule's health as `fleetctl status --json` prints it (durations in seconds)."""
-
-    name: str
-    verdict: health.Verdict
-    healthy: bool
-    problems: list[health.Verdict]
-    since_last_success_s: float | None  # None: no success on record
-    # since the last success, or since the schedule was created, changed or resumed if later;
-    # LATE when above two intervals
-    quiet_s: float
-    dead_runs: int
-    oldest_pending_age_s: float | None  # oldest due pending run; None: none is waiting
-    next_run_at: str | None
-    last_outcome: str | None  # of the newest finished run
-    last_run_at: str | None  # that run's slot
-    last_success_at: str | None
-    last_error: str | None
-    interval_s: float | None
-    pending_runs: int  # due and waiting for a worker
-    waiting_runs: int  # pending but not due yet (retry back-off)
-    running_runs: int
-    unserved_runs: int
-    job: str
-    job_served: bool  # some live worker has registered the job
-    paused: bool
-    enabled: bool
-    numbers: health.Health = field(repr=False)
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        del d["numbers"]
-        return d
-
-
-def _seconds(a: datetime, b: datetime | None) -> float | None:
-    return None if b is None else round((a - b).total_seconds(), 3)
-
-
-def health_of(row: dict[str, Any]) -> ScheduleHealth:
-    """Turn a `schedule_health` row into its numbers and verdict."""
-    now: datetime = row["db_now"]
-    try:
-        interval_s: float | None = nominal_interval(timing_of(row), now).total_seconds()
-    except TimingError:
-        interval_s = None
-    quiet_from = max(t for t in (row["last_success_at"], row["updated_at"], row["start_at"]) if t is not None)
-    numbers = health.Health(
-        interval_s=interval_s,
-        quiet_s=max(0.0, (now - quiet_from).total_seconds()),
-        dead_runs=row["dead_runs"],
-        oldest_pending_age_s=_seconds(now, row["oldest_due"]),
-        unserved_runs=row["unserved"],
-        paused=row["paused_at"] is not None,
-        enabled=row["enabled"],
-    )
-    found = health.problems(numbers)
-    verdict = found[0] if found else "OK"
-    last_outcome = row["last_outcome"] or row["last_status"]
-    return ScheduleHealth(
-        name=row["name"],
-        verdict=verdict,
-        healthy=health.is_healthy(verdict),
-        problems=found,
-        since_last_success_s=_seconds(now, row["last_success_at"]),
-        quiet_s=round(numbers.quiet_s, 3),
-        dead_runs=row["dead_runs"],
-        oldest_pending_age_s=numbers.oldest_pending_age_s,
-        next_run_at=iso(row["next_run_at"]),
-        last_outcome=last_outcome,
-        last_run_at=iso(row["last_slot"]),
-        last_success_at=iso(row["last_success_at"]),
-        last_error=row["last_error"] if row["last_status"] != "done" else None,
-        interval_s=interval_s,
-        pending_runs=row["due"],
-        waiting_runs=row["pending"] - row["due"],
-        running_runs=row["running"],
-        unserved_runs=row["unserved"],
-        job=row["job"],
-        job_served=bool(row["job_served"]),
-        paused=numbers.paused,
-        enabled=row["enabled"],
-        numbers=numbers,
-    )
+DEFAULT_RUNS_LIMIT = inspect.DEFAULT_RUNS_LIMIT
 
 
 def schedule_health(
     conn: psycopg.Connection[Any], names: Sequence[str] | None = None, now: datetime | None = None
 ) -> list[ScheduleHealth]:
-    """Health of the named schedules (all when `names` is None), by name; unknown names raise UsageError."""
-    if names:
-        require_schedules(conn, list(names))
-    rows = conn.execute(
-        q("schedule_health"), {"now": now, "names": list(names) if names else None, "stale_s": STALE_AFTER_S}
-    ).fetchall()
-    return [health_of(r) for r in rows]
+    """Health of the named schedules (all when `names` is None), by name, as `fleetctl status` and
+    `fleet.Client.status` give it; unknown names raise UnknownSchedule."""
+    return inspect.schedule_health(conn, names, now)
 
 
 # -- output --------------------------------------------------------------------------------------
@@ -173,8 +81,8 @@ def _first_line(text: str | None, width: int = 100) -> str | None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with db(args) as conn:
-        found = schedule_health(conn, args.schedules or None)
+    with client(args) as c:
+        found = c.status(args.schedules or None)
     if args.json:
         print_json([h.to_json() for h in found])
     elif not found:
@@ -201,7 +109,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                         else "never",
                         h.dead_runs,
                         human(h.oldest_pending_age_s),
-                        h.next_run_at,
+                        iso(h.next_run_at),
                         h.last_outcome,
                         human(h.interval_s),
                     ]
@@ -212,39 +120,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if all(h.healthy for h in found) else 1
 
 
-def _run_json(r: dict[str, Any]) -> dict[str, Any]:
-    status = "discarded" if r["status"] == "skipped" and r["last_outcome"] == "discarded" else r["status"]
-    return {
-        "schedule": r["schedule_name"],
-        "slot": iso(r["scheduled_for"]),
-        "status": status,
-        "origin": r["origin"],
-        "job": r["job"],
-        "args": r["args"],
-        "attempts": r["attempts"],
-        "failures": r["failures"],
-        "run_after": iso(r["run_after"]),
-        "started_at": iso(r["started_at"]),
-        "finished_at": iso(r["finished_at"]),
-        "locked_by": r["locked_by"],
-        "locked_until": iso(r["locked_until"]),
-        "last_outcome": r["last_outcome"],
-        "last_error": r["last_error"],
-        "trace_id": r["trace_id"],
-        "created_trace_id": r["created_trace_id"],
-    }
-
-
 def cmd_runs(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise UsageError(f"--limit: must be at least 1, got {args.limit}")
-    status, outcome = ("skipped", "discarded") if args.status == "discarded" else (args.status, None)
-    with db(args) as conn:
-        require_schedules(conn, [args.schedule])
-        rows = conn.execute(
-            q("run_list"), {"name": args.schedule, "status": status, "outcome": outcome, "limit": args.limit}
-        ).fetchall()
-    runs = [_run_json(r) for r in rows]
+    with client(args) as c:
+        runs = [r.to_json() for r in c.runs(args.schedule, args.status, args.limit)]
     if args.json:
         print_json(runs)
     elif not runs:
@@ -272,54 +152,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def slot_history(
-    conn: psycopg.Connection[Any], schedule: str, slot: datetime, jaeger: str = DEFAULT_JAEGER_URL
+    c: Client, schedule: str, slot: datetime, jaeger: str = DEFAULT_JAEGER_URL
 ) -> dict[str, Any]:
     """The run at `slot` and every attempt of it, the one in flight included, and the Jaeger
     search that finds every attempt's trace."""
-    run = run_row(conn, schedule, slot)
-    attempts = [
-        {
-            "attempt": a["attempt"],
-            "worker_id": a["worker_id"],
-            "host": a["host"],
-            "pid": a["pid"],
-            "started_at": iso(a["started_at"]),
-            "finished_at": iso(a["finished_at"]),
-            "outcome": a["outcome"],
-            "error": a["error"],
-            "trace_id": a["trace_id"],
-            "span_id": a["span_id"],
-        }
-        for a in conn.execute(q("attempt_list"), {"name": schedule, "slot": slot})
-    ]
-    if run["status"] == "running" and all(a["attempt"] != run["attempts"] for a in attempts):
-        # the current attempt is recorded in the run row until it ends
-        attempts.append(
-            {
-                "attempt": run["attempts"],
-                "worker_id": run["locked_by"],
-                "host": run.get("locked_host"),
-                "pid": run.get("locked_pid"),
-                "started_at": iso(run["started_at"]),
-                "finished_at": None,
-                "outcome": "running",
-                "error": None,
-                "trace_id": run["trace_id"],
-                "span_id": run["span_id"],
-            }
-        )
-    return {
-        **_run_json(run),
-        "created_span_id": run["created_span_id"],
-        "attempt_history": attempts,
-        "jaeger_url": jaeger_search_url(jaeger, schedule, slot),
-    }
+    return {**c.show(schedule, slot).to_json(), "jaeger_url": jaeger_search_url(jaeger, schedule, slot)}
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     slot = parse_instant(args.slot, "SLOT")
-    with db(args) as conn:
-        h = slot_history(conn, args.schedule, slot, jaeger_base(args))
+    with client(args) as c:
+        h = slot_history(c, args.schedule, slot, jaeger_base(args))
     if args.json:
         print_json(h)
         return 0
@@ -363,8 +206,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_trace(args: argparse.Namespace) -> int:
     """Each attempt's trace and span ids, and the Jaeger search for the slot."""
     slot = parse_instant(args.slot, "SLOT")
-    with db(args) as conn:
-        h = slot_history(conn, args.schedule, slot, jaeger_base(args))
+    with client(args) as c:
+        h = slot_history(c, args.schedule, slot, jaeger_base(args))
     if args.json:
         print_json(
             {

@@ -279,8 +279,8 @@ class FleetCollector(Collector):
             yield h
 
 
-def _timestamp(iso_text: str | None) -> float | None:
-    return None if iso_text is None else datetime.fromisoformat(iso_text).timestamp()
+def _timestamp(at: datetime | None) -> float | None:
+    return None if at is None else at.timestamp()
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -1,8 +1,9 @@
 """`fleetctl retry | discard | trigger | pause | resume | backfill | prune`: an operator's repairs.
 
 Each repair is one short statement (or one visible transaction) and is idempotent: running it twice
-changes nothing the second time. Naming an unknown schedule or slot changes nothing and raises
-UsageError (exit 2) with a one-line message naming it.
+changes nothing the second time. Naming an unknown schedule or slot changes nothing and exits 2 with
+a one-line message naming it. Retry, discard, trigger, pause and resume go through `fleet.Client`
+(`fleet.repair`), so an application that makes them through the client takes the same path.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
 import psycopg
 
-from fleet.ops.cli import UsageError, db
-from fleet.ops.targets import iso, parse_instant, parse_span, run_row, schedule_row
+from fleet.client import Client
+from fleet.ops.cli import UsageError, client, db
+from fleet.ops.targets import iso, parse_instant, parse_span, schedule_row
 from fleet.queries import q
-from fleet.schedule import first_slot_at_or_after, slots_between, timing_of
+from fleet.schedule import slots_between, timing_of
 
 # A backfill larger than this is refused: it would flood the workers (narrow the range instead).
 MAX_BACKFILL_SLOTS = 10_000
@@ -29,74 +32,11 @@ PRUNE_BATCH = 5_000
 PRUNE_PAUSE_S = 0.02
 
 
-def _is_discarded(run: dict[str, Any]) -> bool:
-    return bool(run["status"] == "skipped" and run["last_outcome"] == "discarded")
-
-
 def _wake_workers(conn: psycopg.Connection[Any]) -> None:
     conn.execute(q("run_notify"))
 
 
-# -- retry and discard ---------------------------------------------------------------------------
-
-
-def run_retry(
-    conn: psycopg.Connection[Any], schedule: str, slot: datetime | None, now: datetime | None = None
-) -> list[datetime]:
-    """Make a dead (or discarded) run pending and due now, or with `slot` None every dead run of the
-    schedule; returns the slots retried. The attempt history is kept and the retry budget starts over.
-
-    A run that is already pending or running retries nothing (a second call is a no-op); a done or
-    skipped run raises UsageError, as do an unknown schedule or slot.
-    """
-    if slot is None:
-        schedule_row(conn, schedule)
-    else:
-        run = run_row(conn, schedule, slot)
-        if run["status"] in ("pending", "running"):
-            return []
-        if run["status"] != "dead" and not _is_discarded(run):
-            raise UsageError(f"{schedule} @ {iso(slot)} is {run['status']}, not dead: nothing to retry")
-    rows = conn.execute(q("run_retry"), {"name": schedule, "slot": slot, "now": now})
-    retried = [r["scheduled_for"] for r in rows]
-    if retried:
-        _wake_workers(conn)
-    return retried
-
-
-def run_discard(conn: psycopg.Connection[Any], schedule: str, slot: datetime | None) -> list[datetime]:
-    """Acknowledge a dead run (or with `slot` None every dead run of the schedule) so that health is
-    OK again; returns the slots discarded.
-
-    A discarded run becomes `skipped` with last_outcome `discarded` (its error and attempts stay; prune
-    may delete it; retry can bring it back). Discarding it again is a no-op; a run that is not dead
-    raises UsageError, as do an unknown schedule or slot.
-    """
-    if slot is None:
-        schedule_row(conn, schedule)
-    else:
-        run = run_row(conn, schedule, slot)
-        if _is_discarded(run):
-            return []
-        if run["status"] != "dead":
-            raise UsageError(f"{schedule} @ {iso(slot)} is {run['status']}, not dead: nothing to discard")
-    return [r["scheduled_for"] for r in conn.execute(q("run_discard"), {"name": schedule, "slot": slot})]
-
-
-# -- trigger, backfill ---------------------------------------------------------------------------
-
-
-def run_trigger(
-    conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None
-) -> tuple[datetime, bool]:
-    """Create a run now, as its own slot (the database's now() to the second, origin 'trigger');
-    returns (slot, created). Within the same second a second call creates nothing."""
-    schedule_row(conn, schedule)
-    row = conn.execute(q("run_trigger"), {"name": schedule, "now": now}).fetchone()
-    assert row is not None
-    if row["created"]:
-        _wake_workers(conn)
-    return row["slot"], bool(row["created"])
+# -- backfill ------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -130,38 +70,6 @@ def slot_backfill(
     if created:
         _wake_workers(conn)
     return BackfillResult(created=sorted(created), existing=len(slots) - len(created))
-
-
-# -- pause, resume -------------------------------------------------------------------------------
-
-
-def schedule_pause(conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None) -> bool:
-    """Stop creating slots for the schedule; False when it was paused already.
-
-    Runs already created still run; the slots that come due while paused are never created.
-    """
-    schedule_row(conn, schedule)
-    return conn.execute(q("schedule_pause"), {"name": schedule, "now": now}).fetchone() is not None
-
-
-def schedule_resume(
-    conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None
-) -> datetime | None:
-    """Create slots again from now on; returns the next slot, or None when it was not paused.
-
-    The next slot is planned from the database's now(), so the paused stretch is not caught up
-    however long it was.
-    """
-    with conn.transaction():
-        row = conn.execute(q("schedule_lock"), {"name": schedule, "now": now}).fetchone()
-        if row is None:
-            raise UsageError(f"no such schedule: {schedule!r}")
-        if row["paused_at"] is None:
-            return None
-        nxt = first_slot_at_or_after(timing_of(row), row["db_now"])
-        conn.execute(q("schedule_resume"), {"name": schedule, "next_run_at": nxt, "now": now})
-        conn.execute(q("schedule_notify"))  # tickers re-read their next wake-up at once
-    return nxt
 
 
 # -- prune ---------------------------------------------------------------------------------------
@@ -230,9 +138,17 @@ def _slots(slots: list[datetime]) -> str:
     return shown + (f" and {len(slots) - 5} more" if len(slots) > 5 else "")
 
 
+def _retry(c: Client, schedule: str, slot: datetime | None) -> list[datetime]:
+    return c.retry_dead(schedule) if slot is None else c.retry(schedule, slot)
+
+
+def _discard(c: Client, schedule: str, slot: datetime | None) -> list[datetime]:
+    return c.discard_dead(schedule) if slot is None else c.discard(schedule, slot)
+
+
 def _on_dead_runs(
     args: argparse.Namespace,
-    action: Callable[[psycopg.Connection[Any], str, datetime | None], list[datetime]],
+    action: Callable[[Client, str, datetime | None], list[datetime]],
     done: str,
     already: str,
     verb: str,
@@ -241,8 +157,8 @@ def _on_dead_runs(
     if args.all_dead == (args.slot is not None):
         raise UsageError("give either SLOT or --all-dead")
     slot = parse_instant(args.slot, "SLOT") if args.slot is not None else None
-    with db(args) as conn:
-        changed = action(conn, args.schedule, slot)
+    with client(args) as c:
+        changed = action(c, args.schedule, slot)
     if changed:
         print(f"{done.format(n=len(changed))} of {args.schedule}: {_slots(changed)}")
     elif slot is not None:
@@ -254,17 +170,32 @@ def _on_dead_runs(
 
 def cmd_retry(args: argparse.Namespace) -> int:
     return _on_dead_runs(
-        args, run_retry, "retried {n} run(s)", "already pending or running: nothing to retry", "retry"
+        args, _retry, "retried {n} run(s)", "already pending or running: nothing to retry", "retry"
     )
 
 
 def cmd_discard(args: argparse.Namespace) -> int:
-    return _on_dead_runs(args, run_discard, "discarded {n} dead run(s)", "already discarded", "discard")
+    return _on_dead_runs(args, _discard, "discarded {n} dead run(s)", "already discarded", "discard")
+
+
+def _job_args(text: str | None) -> dict[str, Any] | None:
+    """`--args`: a JSON object, or None when the flag is not given."""
+    if text is None:
+        return None
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise UsageError(f"--args: not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--args: must be a JSON object such as '{{\"format\": \"csv\"}}', got {text!r}")
+    return value
 
 
 def cmd_trigger(args: argparse.Namespace) -> int:
-    with db(args) as conn:
-        slot, created = run_trigger(conn, args.schedule)
+    job_args = _job_args(args.args)
+    with client(args) as c:
+        t = c.trigger(args.schedule, job_args)
+    slot, created = t.slot, t.created
     if created:
         print(f"triggered {args.schedule} @ {iso(slot)}")
     else:
@@ -273,15 +204,15 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    with db(args) as conn:
-        paused = schedule_pause(conn, args.schedule)
+    with client(args) as c:
+        paused = c.pause(args.schedule)
     print(f"paused {args.schedule}" if paused else f"{args.schedule} is paused already")
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    with db(args) as conn:
-        nxt = schedule_resume(conn, args.schedule)
+    with client(args) as c:
+        nxt = c.resume(args.schedule)
     print(f"resumed {args.schedule}: next slot {iso(nxt)}" if nxt else f"{args.schedule} is not paused")
     return 0
 
@@ -337,6 +268,9 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "'trigger'). Under overlap 'skip' the run waits for a run in progress instead of being skipped.",
     )
     p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument(
+        "--args", metavar="JSON", help="a JSON object: the job's arguments for this run, not the schedule's"
+    )
 
     p = sub.add_parser(
         "pause",

@@ -152,11 +152,12 @@ SELECT scheduled_for FROM discarded ORDER BY scheduled_for
 -- name: run_trigger
 -- A run of the schedule now, as its own slot: the database's now() truncated to the second, so a
 -- second call within the same second finds the slot taken. Under overlap 'skip' the run queues
--- instead (an operator's run is never dropped for overlap).
+-- instead (an operator's run is never dropped for overlap). `args`, when given, replace the
+-- schedule's arguments for this run only.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 ins AS (
     INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, origin, run_after)
-    SELECT s.name, date_trunc('second', t.now), s.job, s.args,
+    SELECT s.name, date_trunc('second', t.now), s.job, coalesce(%(args)s::jsonb, s.args),
            CASE WHEN s.overlap = 'skip' THEN 'queue' ELSE s.overlap END, 'trigger', t.now
     FROM fleet.schedules s, t
     WHERE s.name = %(name)s

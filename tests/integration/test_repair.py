@@ -10,7 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet.ops.repair import run_trigger
+from fleet.repair import run_trigger
+from fleet.results import Triggered
 from fleet.ticker.tick import run_once as tick
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json, snapshot
 from tests.support import apply_text, scalar
@@ -138,11 +139,9 @@ def test_trigger_twice_in_the_same_second_creates_one_run(
 ) -> None:
     hourly(conn, start_at='"2099-01-01T00:00:00Z"')
     at = datetime(2026, 3, 1, 10, 0, 7, 250000, tzinfo=UTC)
-    assert run_trigger(conn, "s", now=at) == (datetime(2026, 3, 1, 10, 0, 7, tzinfo=UTC), True)
-    assert run_trigger(conn, "s", now=at + timedelta(milliseconds=700)) == (
-        datetime(2026, 3, 1, 10, 0, 7, tzinfo=UTC),
-        False,
-    )
+    slot = datetime(2026, 3, 1, 10, 0, 7, tzinfo=UTC)
+    assert run_trigger(conn, "s", now=at) == Triggered("s", slot, True)
+    assert run_trigger(conn, "s", now=at + timedelta(milliseconds=700)) == Triggered("s", slot, False)
     r = run(conn, datetime(2026, 3, 1, 10, 0, 7, tzinfo=UTC))
     assert (r["origin"], r["status"], r["overlap"]) == ("trigger", "pending", "queue")  # skip -> queue
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from fleet.ops.health import SEVERITY, UNHEALTHY, Health, is_healthy, problems, verdict
+from fleet.health import SEVERITY, UNHEALTHY, Health, is_healthy, problems, verdict
 
 HOURLY = Health(interval_s=3600.0, quiet_s=600.0, dead_runs=0, oldest_pending_age_s=None, unserved_runs=0)
 

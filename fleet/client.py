@@ -1,0 +1,177 @@
+"""`fleet.Client`: what fleetctl does, as a typed Python API for applications.
+
+An application triggers a run, pauses a schedule or reads health through a Client instead of
+running `fleetctl`; fleetctl's own commands are built on it, so both read and change the same rows
+with the same statements. Every failure is one of fleet's exception types (`fleet.errors`), never a
+driver error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+import psycopg
+
+from fleet import inspect, repair
+from fleet.apply import ApplyResult, apply_specs
+from fleet.db import connect, redact, resolve_url
+from fleet.errors import DatabaseError, DatabaseUnavailable, FleetError, SchemaMissing
+from fleet.inspect import DEFAULT_RUNS_LIMIT
+from fleet.migrate import current_version, latest_version
+from fleet.results import Run, RunHistory, RunStatus, ScheduleHealth, Triggered
+from fleet.schedfile import ScheduleSpec
+
+DEFAULT_APPLICATION_NAME = "fleet-client"
+
+# What a statement on a database without fleet's schema fails with.
+_NO_SCHEMA = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedObject)
+
+
+def database_url(url: str | None) -> str:
+    """`url`, else FLEET_DATABASE_URL, else the embedded server of the current directory (the
+    same choice as fleetctl's)."""
+    return resolve_url(url or os.environ.get("FLEET_DATABASE_URL") or None)
+
+
+class Client:
+    """A connection to a fleet's database and the operations of fleetctl on it.
+
+    Use it as a context manager (or call `close()`): it owns one autocommit connection, opened at
+    once (DatabaseUnavailable when that fails) and opened again on the next call after it broke.
+    A Client is for one thread at a time; give each thread its own.
+    """
+
+    def __init__(self, url: str | None = None, *, application_name: str = DEFAULT_APPLICATION_NAME) -> None:
+        """Connect to `url` (a libpq URI); None means FLEET_DATABASE_URL, else the embedded
+        server of the current directory."""
+        self._url = database_url(url)
+        self._application_name = application_name
+        self._closed = False
+        self._conn: psycopg.Connection[Any] | None = connect(self._url, application_name)
+
+    # -- the connection ---------------------------------------------------------------------------
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection; the Client cannot be used afterwards. Closing twice is fine."""
+        self._closed = True
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    @property
+    def closed(self) -> bool:
+        """True once `close()` was called (or the `with` block ended)."""
+        return self._closed
+
+    @contextmanager
+    def _session(self) -> Iterator[psycopg.Connection[Any]]:
+        """The connection (opened again if it broke), with driver errors turned into fleet's."""
+        if self._closed:
+            raise FleetError("this fleet.Client is closed")
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self._url, self._application_name)
+        try:
+            yield self._conn
+        except _NO_SCHEMA as e:
+            raise SchemaMissing("the database has no fleet schema; run `fleetctl migrate`") from e
+        except psycopg.OperationalError as e:
+            raise DatabaseUnavailable(f"{redact(self._url)}: {str(e).strip()}") from e
+        except psycopg.Error as e:
+            raise DatabaseError(str(e).strip()) from e
+
+    # -- schedules ------------------------------------------------------------------------------
+
+    def apply(self, specs: Sequence[ScheduleSpec], prune: bool = False) -> ApplyResult:
+        """Make the database's schedules match `specs` (from `fleet.schedfile.load`), all or nothing:
+        create and update them, and with `prune` disable the schedules not among them. Raises
+        SchemaMissing on a database that `fleetctl migrate` has not brought up to date."""
+        with self._session() as conn:
+            have, want = current_version(conn), latest_version()
+            if have == 0:
+                raise SchemaMissing("the database has no fleet schema; run `fleetctl migrate`")
+            if have < want:
+                raise SchemaMissing(
+                    f"the database's fleet schema is at version {have}, not {want}; run `fleetctl migrate`"
+                )
+            return apply_specs(conn, list(specs), prune=prune)
+
+    def pause(self, schedule: str) -> bool:
+        """Stop creating slots for `schedule`; False when it was paused already. Runs already
+        created still run; the slots that come due while it is paused are never created."""
+        with self._session() as conn:
+            return repair.schedule_pause(conn, schedule)
+
+    def resume(self, schedule: str) -> datetime | None:
+        """Create slots for `schedule` again; returns its next slot, or None when it was not paused.
+        The next slot is planned from now: the paused stretch is not caught up."""
+        with self._session() as conn:
+            return repair.schedule_resume(conn, schedule)
+
+    def status(self, schedules: Sequence[str] | None = None) -> list[ScheduleHealth]:
+        """The health of the named schedules (all when None or empty), by name: the numbers and
+        verdict of `fleetctl status`. UnknownSchedule names every one that does not exist."""
+        if isinstance(schedules, str):
+            schedules = [schedules]
+        with self._session() as conn:
+            return inspect.schedule_health(conn, schedules)
+
+    # -- runs -----------------------------------------------------------------------------------
+
+    def trigger(self, schedule: str, args: Mapping[str, Any] | None = None) -> Triggered:
+        """Create a run of `schedule` now, as its own slot (the database's now() to the second),
+        with `args` instead of the schedule's arguments when given (a JSON object). A second call
+        within the same second creates nothing (`created` False). Under overlap `skip` the run
+        waits for a run in progress instead of being skipped."""
+        with self._session() as conn:
+            return repair.run_trigger(conn, schedule, args)
+
+    def retry(self, schedule: str, slot: datetime) -> list[datetime]:
+        """Make the dead (or discarded) run at `slot` pending and due now, with its retry budget
+        restarted and its attempts kept; returns [slot], or [] when it is pending or running already.
+        RunStateError when the run is done or skipped."""
+        with self._session() as conn:
+            return repair.run_retry(conn, schedule, inspect.aware(slot, "slot"))
+
+    def retry_dead(self, schedule: str) -> list[datetime]:
+        """Retry every dead run of `schedule`; returns their slots, oldest first ([] when none)."""
+        with self._session() as conn:
+            return repair.run_retry(conn, schedule, None)
+
+    def discard(self, schedule: str, slot: datetime) -> list[datetime]:
+        """Acknowledge the dead run at `slot` so that its schedule is healthy again: it becomes
+        `discarded`, keeping its error and attempts, and `retry` can still bring it back. Returns
+        [slot], or [] when it was discarded already; RunStateError when it is not dead."""
+        with self._session() as conn:
+            return repair.run_discard(conn, schedule, inspect.aware(slot, "slot"))
+
+    def discard_dead(self, schedule: str) -> list[datetime]:
+        """Discard every dead run of `schedule`; returns their slots, oldest first ([] when none)."""
+        with self._session() as conn:
+            return repair.run_discard(conn, schedule, None)
+
+    def runs(
+        self, schedule: str, status: RunStatus | None = None, limit: int = DEFAULT_RUNS_LIMIT
+    ) -> list[Run]:
+        """The runs of `schedule`, newest slot first: at most `limit`, only those with `status` if
+        given (`discarded` finds the dead runs an operator discarded)."""
+        with self._session() as conn:
+            return inspect.run_list(conn, schedule, status, limit)
+
+    def show(self, schedule: str, slot: datetime) -> RunHistory:
+        """The run of `schedule` at `slot` with every attempt of it, the one in flight included.
+        UnknownRun when the schedule has no run at that slot."""
+        with self._session() as conn:
+            return inspect.run_history(conn, schedule, slot)

@@ -1,0 +1,87 @@
+"""A schedule's health verdict from its numbers: pure, with every instant already turned into seconds.
+
+The three numbers an operator alerts on are the time since the last success (measured against the
+schedule's own cadence), the dead runs waiting for an operator, and the age of the oldest due
+pending run. From them, and from the schedule's state, comes one verdict:
+
+    DEAD       dead runs > 0, until an operator retries or discards them (a later success does not
+               hide them)
+    NO-WORKER  open runs whose job no live worker has registered
+    BACKLOG    the oldest due pending run has waited longer than one interval
+    LATE       no success for more than two intervals
+    PAUSED     paused by an operator (`fleetctl pause`): expected to be quiet, so not LATE
+    DISABLED   no longer in the schedules file (`fleetctl apply --prune`): likewise
+    OK         none of the above
+
+When several hold, the verdict is the first in that order (the most actionable: DEAD needs an
+operator, NO-WORKER names the cause of a backlog, a backlog the cause of lateness); `problems` lists
+them all. PAUSED and DISABLED are an operator's decision and count as healthy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+Verdict = Literal["OK", "LATE", "DEAD", "BACKLOG", "PAUSED", "DISABLED", "NO-WORKER"]
+
+SEVERITY: Final[tuple[Verdict, ...]] = ("DEAD", "NO-WORKER", "BACKLOG", "LATE", "PAUSED", "DISABLED", "OK")
+UNHEALTHY: Final[frozenset[Verdict]] = frozenset({"DEAD", "NO-WORKER", "BACKLOG", "LATE"})
+
+# No success for more than this many intervals is LATE; a due run waiting longer than this many
+# intervals is a BACKLOG.
+LATE_AFTER_INTERVALS: Final = 2.0
+BACKLOG_AFTER_INTERVALS: Final = 1.0
+
+
+@dataclass(frozen=True)
+class Health:
+    """One schedule's health numbers, in seconds."""
+
+    # The schedule's own cadence near now (for cron, the real gap between its slots around now);
+    # None when it cannot be told, which turns off LATE and BACKLOG.
+    interval_s: float | None
+    # Since the last success, or since the schedule was created, changed, resumed or first due,
+    # whichever is latest: a schedule is not late before it could have succeeded.
+    quiet_s: float
+    dead_runs: int
+    # Age of the oldest pending run that is due (measured from when it became due); None if none.
+    oldest_pending_age_s: float | None
+    # Open runs whose job no live worker serves.
+    unserved_runs: int
+    paused: bool = False
+    enabled: bool = True
+
+
+def problems(h: Health) -> list[Verdict]:
+    """Every condition that holds, most severe first; empty when the schedule is simply OK."""
+    found: list[Verdict] = []
+    if h.dead_runs > 0:
+        found.append("DEAD")
+    if h.unserved_runs > 0:
+        found.append("NO-WORKER")
+    if (
+        h.interval_s is not None
+        and h.oldest_pending_age_s is not None
+        and h.oldest_pending_age_s > BACKLOG_AFTER_INTERVALS * h.interval_s
+    ):
+        found.append("BACKLOG")
+    quiet_expected = h.paused or not h.enabled
+    if not quiet_expected and h.interval_s is not None and h.quiet_s > LATE_AFTER_INTERVALS * h.interval_s:
+        found.append("LATE")
+    if h.paused:
+        found.append("PAUSED")
+    if not h.enabled:
+        found.append("DISABLED")
+    return found
+
+
+def verdict(h: Health) -> Verdict:
+    """The single verdict: the most severe condition that holds, else OK."""
+    found = problems(h)
+    return found[0] if found else "OK"
+
+
+def is_healthy(v: Verdict) -> bool:
+    """True for OK, PAUSED and DISABLED: nothing for an operator to do."""
+    return v not in UNHEALTHY

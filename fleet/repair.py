@@ -1,0 +1,146 @@
+"""An operator's repairs of schedules and runs: retry, discard, trigger, pause, resume.
+
+Each is one short statement (or one visible transaction) and idempotent: a second call changes
+nothing. Naming an unknown schedule or slot changes nothing and raises UnknownSchedule or
+UnknownRun; `fleet.Client` and fleetctl's commands of the same names are built on these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import psycopg
+
+from fleet.errors import RequestError, RunStateError, UnknownSchedule
+from fleet.inspect import aware, run_get, schedule_get
+from fleet.queries import q
+from fleet.results import Triggered
+from fleet.schedule import first_slot_at_or_after, timing_of
+
+
+def _is_discarded(run: dict[str, Any]) -> bool:
+    return bool(run["status"] == "skipped" and run["last_outcome"] == "discarded")
+
+
+def _wake_workers(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(q("run_notify"))
+
+
+def _slots(rows: Iterable[dict[str, Any]]) -> list[datetime]:
+    return [r["scheduled_for"].astimezone(UTC) for r in rows]
+
+
+# -- retry and discard ---------------------------------------------------------------------------
+
+
+def run_retry(
+    conn: psycopg.Connection[Any], schedule: str, slot: datetime | None, now: datetime | None = None
+) -> list[datetime]:
+    """Make a dead (or discarded) run pending and due now, or with `slot` None every dead run of the
+    schedule; returns the slots retried. The attempt history is kept and the retry budget starts over.
+
+    A run that is already pending or running retries nothing (a second call is a no-op); a done or
+    skipped run raises RunStateError, an unknown schedule or slot UnknownSchedule or UnknownRun.
+    """
+    if slot is None:
+        schedule_get(conn, schedule)
+    else:
+        run = run_get(conn, schedule, slot)
+        slot = run["scheduled_for"]
+        if run["status"] in ("pending", "running"):
+            return []
+        if run["status"] != "dead" and not _is_discarded(run):
+            raise RunStateError(schedule, run["scheduled_for"], run["status"], "retry")
+    retried = _slots(conn.execute(q("run_retry"), {"name": schedule, "slot": slot, "now": now}))
+    if retried:
+        _wake_workers(conn)
+    return retried
+
+
+def run_discard(conn: psycopg.Connection[Any], schedule: str, slot: datetime | None) -> list[datetime]:
+    """Acknowledge a dead run (or with `slot` None every dead run of the schedule) so that health is
+    OK again; returns the slots discarded.
+
+    A discarded run becomes `skipped` with last_outcome `discarded` (its error and attempts stay; prune
+    may delete it; retry can bring it back). Discarding it again is a no-op; a run that is not dead
+    raises RunStateError, an unknown schedule or slot UnknownSchedule or UnknownRun.
+    """
+    if slot is None:
+        schedule_get(conn, schedule)
+    else:
+        run = run_get(conn, schedule, slot)
+        slot = run["scheduled_for"]
+        if _is_discarded(run):
+            return []
+        if run["status"] != "dead":
+            raise RunStateError(schedule, run["scheduled_for"], run["status"], "discard")
+    return _slots(conn.execute(q("run_discard"), {"name": schedule, "slot": slot}))
+
+
+# -- trigger -------------------------------------------------------------------------------------
+
+
+def trigger_args(args: Mapping[str, Any] | None) -> str | None:
+    """The JSON text of a trigger's arguments (None: the schedule's own); RequestError naming `args`
+    unless they are a mapping with string keys that JSON can hold."""
+    if args is None:
+        return None
+    if not isinstance(args, Mapping):
+        raise RequestError(f"args: must be a JSON object (a mapping), got {type(args).__name__}")
+    try:
+        return orjson.dumps(dict(args)).decode()
+    except TypeError as e:  # orjson.JSONEncodeError
+        raise RequestError(f"args: cannot be written as JSON: {e}") from None
+
+
+def run_trigger(
+    conn: psycopg.Connection[Any],
+    schedule: str,
+    args: Mapping[str, Any] | None = None,
+    now: datetime | None = None,
+) -> Triggered:
+    """Create a run now, as its own slot (the database's now() to the second, origin 'trigger'),
+    with `args` instead of the schedule's when given. Within the same second a second call creates
+    nothing (and its `args` are not used)."""
+    text = trigger_args(args)
+    schedule_get(conn, schedule)
+    row = conn.execute(q("run_trigger"), {"name": schedule, "now": now, "args": text}).fetchone()
+    assert row is not None
+    if row["created"]:
+        _wake_workers(conn)
+    return Triggered(schedule=schedule, slot=row["slot"].astimezone(UTC), created=bool(row["created"]))
+
+
+# -- pause, resume -------------------------------------------------------------------------------
+
+
+def schedule_pause(conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None) -> bool:
+    """Stop creating slots for the schedule; False when it was paused already.
+
+    Runs already created still run; the slots that come due while paused are never created.
+    """
+    schedule_get(conn, schedule)
+    return conn.execute(q("schedule_pause"), {"name": schedule, "now": now}).fetchone() is not None
+
+
+def schedule_resume(
+    conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None
+) -> datetime | None:
+    """Create slots again from now on; returns the next slot, or None when it was not paused.
+
+    The next slot is planned from the database's now(), so the paused stretch is not caught up
+    however long it was.
+    """
+    with conn.transaction():
+        row = conn.execute(q("schedule_lock"), {"name": schedule, "now": now}).fetchone()
+        if row is None:
+            raise UnknownSchedule([schedule])
+        if row["paused_at"] is None:
+            return None
+        nxt = first_slot_at_or_after(timing_of(row), row["db_now"])
+        conn.execute(q("schedule_resume"), {"name": schedule, "next_run_at": nxt, "now": now})
+        conn.execute(q("schedule_notify"))  # tickers re-read their next wake-up at once
+    return None if nxt is None else aware(nxt, "next slot")
