@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -75,10 +76,19 @@ def cmd_apply(args: argparse.Namespace) -> int:
 COMMAND_MODULES = ("fleet.ops.inspect", "fleet.ops.repair", "fleet.ops.metrics", "fleet.ops.supervise")
 
 
+def version() -> str:
+    """The installed distribution's version, from its package metadata."""
+    try:
+        return importlib.metadata.version("fleet")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     p = argparse.ArgumentParser(
         prog="fleetctl", description="Operate a fleet: schema, schedules, health, repair."
     )
+    p.add_argument("--version", action="version", version=f"fleetctl {version()}")
     p.add_argument(
         "--database-url",
         help="libpq URI [env FLEET_DATABASE_URL]; unset: the embedded PostgreSQL in ./.fleet/pgdata",
