@@ -37,7 +37,9 @@ def require_schema(conn: psycopg.Connection[Any]) -> None:
     if have == 0:
         raise UsageError("the database has no fleet schema; run `fleetctl migrate`")
     if have < want:
-        raise UsageError(f"the database's fleet schema is at version {have}, not {want}; run `fleetctl migrate`")
+        raise UsageError(
+            f"the database's fleet schema is at version {have}, not {want}; run `fleetctl migrate`"
+        )
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
