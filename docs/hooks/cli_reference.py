@@ -44,11 +44,13 @@ def _flag(action: argparse.Action) -> str:
     return f"`{action.metavar or action.dest}`"
 
 
-def _help(action: argparse.Action) -> str:
+def _help(action: argparse.Action, prog: str) -> str:
     text = action.help or ""
+    if "%" in text:  # argparse's own expansion: %(default)s, %(prog)s, %%
+        text = text % {**vars(action), "prog": prog}
     if action.choices and not isinstance(action, argparse._SubParsersAction):
         text += f" (one of: {', '.join(map(str, action.choices))})"
-    return _cell(text % {"default": action.default, "prog": ""} if "%(" in text else text)
+    return _cell(text)
 
 
 def render_parser(title: str, parser: argparse.ArgumentParser, level: int = 2) -> list[str]:
@@ -65,7 +67,7 @@ def render_parser(title: str, parser: argparse.ArgumentParser, level: int = 2) -
     ]
     if actions:
         out += ["| argument | meaning |", "|---|---|"]
-        out += [f"| {_flag(a)} | {_help(a)} |" for a in actions]
+        out += [f"| {_flag(a)} | {_help(a, parser.prog)} |" for a in actions]
         out.append("")
     return out
 
