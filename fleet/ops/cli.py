@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -52,7 +53,9 @@ def require_schema(conn: psycopg.Connection[Any]) -> None:
     if have == 0:
         raise UsageError("the database has no fleet schema; run `fleetctl migrate`")
     if have < want:
-        raise UsageError(f"the database's fleet schema is at version {have}, not {want}; run `fleetctl migrate`")
+        raise UsageError(
+            f"the database's fleet schema is at version {have}, not {want}; run `fleetctl migrate`"
+        )
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -91,10 +94,19 @@ def cmd_apply(args: argparse.Namespace) -> int:
 COMMAND_MODULES = ("fleet.ops.inspect", "fleet.ops.repair", "fleet.ops.metrics", "fleet.ops.supervise")
 
 
+def version() -> str:
+    """The installed distribution's version, from its package metadata."""
+    try:
+        return importlib.metadata.version("fleet")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     p = argparse.ArgumentParser(
         prog="fleetctl", description="Operate a fleet: schema, schedules, health, repair."
     )
+    p.add_argument("--version", action="version", version=f"fleetctl {version()}")
     p.add_argument(
         "--database-url",
         help="libpq URI [env FLEET_DATABASE_URL]; unset: the embedded PostgreSQL in ./.fleet/pgdata",
