@@ -19,7 +19,7 @@ import psycopg
 
 from fleet import inspect, repair
 from fleet.apply import ApplyResult, apply_specs
-from fleet.db import connect, redact, resolve_url
+from fleet.db import connect, permission_denied, redact, resolve_url
 from fleet.errors import DatabaseError, DatabaseUnavailable, FleetError, SchemaMissing
 from fleet.inspect import DEFAULT_RUNS_LIMIT
 from fleet.migrate import current_version, latest_version
@@ -45,6 +45,9 @@ class Client:
     once (DatabaseUnavailable when that fails) and opened again on the next call after it broke.
     A Client is for one thread at a time; give each thread its own.
     """
+
+    # What a permission error says to grant: changes need fleet_operator, reads fleet_reader.
+    needs = "fleet_operator (fleet_reader to read only)"
 
     def __init__(self, url: str | None = None, *, application_name: str = DEFAULT_APPLICATION_NAME) -> None:
         """Connect to `url` (a libpq URI); None means FLEET_DATABASE_URL, else the embedded
@@ -90,6 +93,9 @@ class Client:
         except psycopg.OperationalError as e:
             raise DatabaseUnavailable(f"{redact(self._url)}: {str(e).strip()}") from e
         except psycopg.Error as e:
+            denied = permission_denied(e, self._url, self.needs)
+            if denied is not None:
+                raise denied from e
             raise DatabaseError(str(e).strip()) from e
 
     # -- schedules ------------------------------------------------------------------------------

@@ -5,10 +5,11 @@ Transactions are always opened visibly by the caller (`with conn.transaction():`
 
 from __future__ import annotations
 
+import getpass
 import re
 import threading
-import urllib.parse
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool
 
 from fleet import logs
-from fleet.errors import ConfigError, DatabaseUnavailable
+from fleet.errors import ConfigError, DatabaseUnavailable, PermissionDenied
 
 set_json_loads(orjson.loads)
 set_json_dumps(orjson.dumps)
@@ -145,6 +146,19 @@ def _as_url(params: dict[str, Any]) -> str:
     path = f"/{quote(str(dbname), safe='')}" if dbname else ""
     query = urllib.parse.urlencode(sorted((k, str(v)) for k, v in params.items()))
     return f"postgresql://{netloc}{path}" + (f"?{query}" if query else "")
+
+
+def permission_denied(e: BaseException, url: str, needs: str) -> PermissionDenied | None:
+    """A PermissionDenied naming the role of `url`, what was refused and the fleet role `needs`, when
+    `e` is the database refusing a privilege (or a row-level rule); None for any other error."""
+    if not isinstance(e, psycopg.errors.InsufficientPrivilege):
+        return None
+    try:
+        role = conninfo_to_dict(url).get("user") or getpass.getuser()
+    except (psycopg.ProgrammingError, KeyError, OSError):
+        role = "?"
+    what = (str(e).strip().splitlines() or ["permission denied"])[0]
+    return PermissionDenied(f"role {role}: {what}; grant it {needs} (`fleetctl migrate --roles` creates it)")
 
 
 def url_params(url: str, flag: str = "database URL") -> dict[str, Any]:

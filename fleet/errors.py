@@ -29,6 +29,11 @@ class DatabaseError(FleetError):
     """The database refused a statement; the message is the database's own."""
 
 
+class PermissionDenied(FleetError):
+    """The role this process connects as lacks a privilege; the message names the role, the privilege
+    and the fleet role to grant it."""
+
+
 class SchemaMissing(FleetError):
     """The database has no fleet schema, or an older one than this fleet's; run `fleetctl migrate`."""
 

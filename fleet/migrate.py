@@ -30,10 +30,15 @@ def migrations() -> list[Migration]:
     return found
 
 
-def migrate(conn: psycopg.Connection[Any]) -> list[int]:
+ROLES = ("fleet_ticker", "fleet_worker", "fleet_operator", "fleet_reader")
+
+
+def migrate(conn: psycopg.Connection[Any], roles: bool = False) -> list[int]:
     """Apply the missing migrations in one transaction (rows as dicts); returns the versions applied now.
 
-    Everything is created in the schema `fleet`. A database migrated before the schema existed keeps
+    With `roles`, the NOLOGIN roles fleet_ticker, fleet_worker, fleet_operator and fleet_reader are
+    created if missing and granted what each needs (fleet/roles.sql). Everything is created in the
+    schema `fleet`. A database migrated before the schema existed keeps
     its record of applied versions (moved from `public.fleet_migrations`), and migration 4 moves its
     tables, rows intact.
     """
@@ -60,7 +65,18 @@ def migrate(conn: psycopg.Connection[Any]) -> list[int]:
                 "INSERT INTO fleet.migrations (version, name) VALUES (%s, %s)", (mig.version, mig.name)
             )
             applied_now.append(mig.version)
+        # The roles' rights follow the schema: granted anew whenever the roles exist (or are asked for).
+        if roles or roles_exist(conn):
+            conn.execute(resources.files("fleet").joinpath("roles.sql").read_text(encoding="utf-8").encode())
     return applied_now
+
+
+def roles_exist(conn: psycopg.Connection[Any]) -> bool:
+    """True when every role of `fleetctl migrate --roles` exists (rows as dicts)."""
+    row = conn.execute(
+        "SELECT count(*) AS n FROM pg_roles WHERE rolname = ANY(%s)", (list(ROLES),)
+    ).fetchone()
+    return bool(row and row["n"] == len(ROLES))
 
 
 def _exists(conn: psycopg.Connection[Any], relation: str) -> bool:

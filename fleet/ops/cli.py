@@ -14,17 +14,18 @@ from typing import Any
 import psycopg
 
 from fleet.client import Client
-from fleet.db import connect, resolve_url
+from fleet.db import connect, permission_denied, resolve_url
 from fleet.errors import (
     ConfigError,
     DatabaseError,
     DatabaseUnavailable,
     FleetError,
+    PermissionDenied,
     RequestError,
     ScheduleFileError,
     SchemaMissing,
 )
-from fleet.migrate import current_version, latest_version, migrate
+from fleet.migrate import ROLES, current_version, latest_version, migrate
 from fleet.schedfile import load
 
 Command = Callable[[argparse.Namespace], int]
@@ -60,8 +61,10 @@ def require_schema(conn: psycopg.Connection[Any]) -> None:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     with db(args) as conn:
-        applied = migrate(conn)
+        applied = migrate(conn, roles=args.roles)
     print(f"migrated: applied {', '.join(map(str, applied))}" if applied else "migrated: schema up to date")
+    if args.roles:
+        print(f"roles: {', '.join(ROLES)} granted their rights; grant one to each login role")
     return 0
 
 
@@ -112,7 +115,13 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         help="libpq URI [env FLEET_DATABASE_URL]; unset: the embedded PostgreSQL in ./.fleet/pgdata",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("migrate", help="create or upgrade the schema")
+    mp = sub.add_parser("migrate", help="create or upgrade the schema (as the schema's owner)")
+    mp.add_argument(
+        "--roles",
+        action="store_true",
+        help="also create the NOLOGIN roles fleet_ticker, fleet_worker, fleet_operator and fleet_reader "
+        "and grant each the least it needs (safe to repeat)",
+    )
     ap = sub.add_parser("apply", help="make the database's schedules match a TOML file (all or nothing)")
     ap.add_argument("file", help="the schedules file")
     ap.add_argument("--prune", action="store_true", help="disable schedules that are not in the file")
@@ -128,6 +137,16 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     return p, commands
 
 
+# The fleet role a command's login role needs (`fleetctl migrate --roles`); others need fleet_operator.
+NEEDS = {
+    "migrate": "ownership of the schema (run migrate as its owner)",
+    **{
+        c: "fleet_reader"
+        for c in ("status", "runs", "show", "dead", "trace", "workers", "metrics", "dashboard")
+    },
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p, commands = parser()
     args = p.parse_args(argv)
@@ -137,12 +156,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in e.problems:
             print(f"fleetctl {args.command}: {line}", file=sys.stderr)
         return 2
-    except (UsageError, ConfigError, RequestError, SchemaMissing) as e:
+    except (UsageError, ConfigError, RequestError, SchemaMissing, PermissionDenied) as e:
         print(f"fleetctl {args.command}: {e}", file=sys.stderr)
         return 2
     except (DatabaseUnavailable, DatabaseError) as e:
         print(f"fleetctl {args.command}: {e}", file=sys.stderr)
         return 1
+    except psycopg.errors.InsufficientPrivilege as e:
+        url = args.database_url or os.environ.get("FLEET_DATABASE_URL") or ""
+        needs = NEEDS.get(args.command, "fleet_operator")
+        print(f"fleetctl {args.command}: {permission_denied(e, url, needs)}", file=sys.stderr)
+        return 2
     except psycopg.errors.UndefinedTable:
         print(
             f"fleetctl {args.command}: the database has no fleet schema; run `fleetctl migrate`",

@@ -10,7 +10,14 @@ from typing import Any
 import psycopg
 
 from fleet import logs, telemetry
-from fleet.db import connect, connect_retrying, prepared_statements_broke, redact, resolve_url
+from fleet.db import (
+    connect,
+    connect_retrying,
+    permission_denied,
+    prepared_statements_broke,
+    redact,
+    resolve_url,
+)
 from fleet.errors import DatabaseUnavailable
 from fleet.queries import q
 from fleet.registry import process_register, process_remove, process_touch
@@ -80,6 +87,7 @@ class Ticker:
 
     def run(self) -> int:
         logs.event("ticker_started", ticker_id=self.settings.ticker_id, database=redact(self.url))
+        code = 0
         try:
             while not self.stop.is_set():
                 try:
@@ -91,6 +99,12 @@ class Ticker:
                 except (psycopg.Error, DatabaseUnavailable) as e:
                     if self.stop.is_set():
                         break  # asked to stop while the database was out of reach
+                    denied = permission_denied(e, self.url, "fleet_ticker")
+                    if denied is not None:
+                        # A missing grant does not heal by retrying: say which, and exit 2.
+                        logs.event("permission_denied", ticker_id=self.settings.ticker_id, error=str(denied))
+                        code = 2
+                        break
                     # Keep trying (server restarting, schema not migrated yet): a process manager
                     # gives up on a program that exits quickly a few times.
                     self._close()
@@ -111,7 +125,7 @@ class Ticker:
                     process_remove(self.conn, self.settings.ticker_id)
             self._close()
             logs.event("ticker_stopped", ticker_id=self.settings.ticker_id, ticks=self.ticks)
-        return 0
+        return code
 
     def _step(self) -> bool:
         """One tick and the sleep after it; True when an until-idle run is finished."""

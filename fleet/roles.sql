@@ -1,0 +1,82 @@
+-- The four roles of a fleet, each with the least it needs (`fleetctl migrate --roles`; safe to run
+-- again, and run again by `fleetctl migrate` whenever the roles exist, so new tables are covered).
+-- They are NOLOGIN and own nothing: an operator makes login roles per host and grants them one of
+-- these (`CREATE ROLE host1_worker LOGIN PASSWORD '...' IN ROLE fleet_worker`). Schema changes stay
+-- with the owner who runs `fleetctl migrate`.
+--
+--   fleet_ticker    materialises slots: reads schedules, advances their next slot, inserts runs
+--                   whose job and args are their schedule's own; cannot finish, change or delete runs
+--   fleet_worker    claims, heartbeats and finishes runs; may set a schedule's overlap gate only to
+--                   an open run of that schedule; cannot change a schedule's definition, or a run's
+--                   job, args or key
+--   fleet_operator  applies schedules and repairs runs (retry, discard, trigger, backfill, prune)
+--   fleet_reader    reads everything: status, runs, show, metrics, the dashboard
+
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['fleet_ticker', 'fleet_worker', 'fleet_operator', 'fleet_reader'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+        END IF;
+    END LOOP;
+END
+$$;
+
+GRANT USAGE ON SCHEMA fleet TO fleet_ticker, fleet_worker, fleet_operator, fleet_reader;
+REVOKE CREATE ON SCHEMA fleet FROM fleet_ticker, fleet_worker, fleet_operator, fleet_reader;
+
+-- Start from nothing on every table, then grant what each role uses.
+REVOKE ALL ON ALL TABLES IN SCHEMA fleet FROM fleet_ticker, fleet_worker, fleet_operator, fleet_reader;
+GRANT SELECT ON ALL TABLES IN SCHEMA fleet TO fleet_ticker, fleet_worker, fleet_operator, fleet_reader;
+
+GRANT UPDATE (next_run_at, missed_slots) ON fleet.schedules TO fleet_ticker;
+GRANT INSERT ON fleet.job_runs TO fleet_ticker;
+GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_ticker;
+
+GRANT UPDATE (running_slot) ON fleet.schedules TO fleet_worker;
+GRANT UPDATE (status, attempts, failures, last_outcome, locked_by, locked_host, locked_pid, locked_until,
+              started_at, finished_at, last_error, run_after, trace_id, span_id)
+    ON fleet.job_runs TO fleet_worker;
+GRANT INSERT ON fleet.job_attempts TO fleet_worker;
+GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_worker;
+
+GRANT INSERT, UPDATE, DELETE ON fleet.schedules, fleet.job_runs, fleet.job_attempts TO fleet_operator;
+GRANT DELETE ON fleet.processes TO fleet_operator;
+
+-- Row-level rules where a column grant cannot say enough. The owner (and a superuser) bypasses them,
+-- so a fleet run as the owner pays nothing for them.
+ALTER TABLE fleet.schedules ENABLE ROW LEVEL SECURITY;
+ALTER TABLE fleet.job_runs ENABLE ROW LEVEL SECURITY;
+
+DROP POLICY IF EXISTS fleet_read ON fleet.schedules;
+CREATE POLICY fleet_read ON fleet.schedules FOR SELECT USING (true);
+DROP POLICY IF EXISTS fleet_operator_all ON fleet.schedules;
+CREATE POLICY fleet_operator_all ON fleet.schedules TO fleet_operator USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS fleet_ticker_advance ON fleet.schedules;
+CREATE POLICY fleet_ticker_advance ON fleet.schedules FOR UPDATE TO fleet_ticker USING (true) WITH CHECK (true);
+-- A worker holds a schedule's gate only for an open run of that schedule (the claim sets it for
+-- the run it claims, the finish clears it): a gate set to a slot without a run would block every
+-- later run of a skip or queue schedule.
+DROP POLICY IF EXISTS fleet_worker_gate ON fleet.schedules;
+CREATE POLICY fleet_worker_gate ON fleet.schedules FOR UPDATE TO fleet_worker USING (true)
+    WITH CHECK (running_slot IS NULL OR EXISTS (
+        SELECT 1 FROM fleet.job_runs r
+        WHERE r.schedule_name = schedules.name AND r.scheduled_for = schedules.running_slot
+          AND r.status IN ('pending', 'running')));
+
+DROP POLICY IF EXISTS fleet_read ON fleet.job_runs;
+CREATE POLICY fleet_read ON fleet.job_runs FOR SELECT USING (true);
+DROP POLICY IF EXISTS fleet_operator_all ON fleet.job_runs;
+CREATE POLICY fleet_operator_all ON fleet.job_runs TO fleet_operator USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS fleet_worker_update ON fleet.job_runs;
+CREATE POLICY fleet_worker_update ON fleet.job_runs FOR UPDATE TO fleet_worker USING (true) WITH CHECK (true);
+-- A ticker creates runs of a schedule with the schedule's own job, args and overlap, pending (or
+-- skipped, for a missed slot): it cannot choose what a worker runs.
+DROP POLICY IF EXISTS fleet_ticker_materialize ON fleet.job_runs;
+CREATE POLICY fleet_ticker_materialize ON fleet.job_runs FOR INSERT TO fleet_ticker
+    WITH CHECK (origin = 'schedule' AND status IN ('pending', 'skipped') AND attempts = 0 AND EXISTS (
+        SELECT 1 FROM fleet.schedules s
+        WHERE s.name = job_runs.schedule_name AND s.job = job_runs.job AND s.args = job_runs.args
+          AND s.overlap = job_runs.overlap));

@@ -1,0 +1,150 @@
+"""Least privilege: a ticker, a worker and fleetctl run as login roles granted fleet_ticker,
+fleet_worker, fleet_operator and fleet_reader do their work; each role is refused what it must not
+do; a permission error is one line and exit 2, naming the role and what to grant."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from fleet.db import connect
+from fleet.ops.cli import main as fleetctl
+from tests.support import (
+    FAST,
+    Proc,
+    env_for,
+    fleetctl_cmd,
+    processes,
+    scalar,
+    ticker_cmd,
+    wait_for,
+    worker_cmd,
+)
+
+KINDS = ("ticker", "worker", "operator", "reader")
+SCHEDULES = """
+[[schedule]]
+name = "gated"
+every = "1s"
+job = "noop"
+overlap = "skip"
+catchup = "skip"
+"""
+
+
+@pytest.fixture
+def role_urls(db_url: str, server_url: str) -> Iterator[dict[str, str]]:
+    """A login role per fleet role (unique to this test), and a URL for each."""
+    assert fleetctl(["--database-url", db_url, "migrate", "--roles"]) == 0
+    suffix = f"{os.getpid()}"
+    names = {kind: f"t_{kind}_{suffix}" for kind in KINDS}
+    with connect(server_url, "fleet-tests roles") as admin:
+        for kind, name in names.items():
+            admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+            admin.execute(f'CREATE ROLE "{name}" LOGIN IN ROLE fleet_{kind}')
+    try:
+        yield {kind: make_conninfo(db_url, user=name) for kind, name in names.items()}
+    finally:
+        with connect(server_url, "fleet-tests roles") as admin:
+            for name in names.values():
+                admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+
+
+def denied(url: str, sql: str) -> str:
+    """The error the database gives the role of `url` for `sql` (the test fails if it is allowed)."""
+    with connect(url, "fleet-tests denied") as c, pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
+        c.execute(sql)
+    return str(e.value)
+
+
+def test_each_role_does_its_work_and_nothing_more(
+    role_urls: dict[str, str], conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    sched = tmp_path / "s.toml"
+    sched.write_text(SCHEDULES)
+    assert fleetctl(["--database-url", role_urls["operator"], "apply", str(sched)]) == 0
+    with processes() as procs:
+        procs.append(Proc(ticker_cmd("--poll", "0.5"), env_for(role_urls["ticker"]), tmp_path / "ticker.log"))
+        for i in range(2):
+            procs.append(
+                Proc(
+                    worker_cmd("--app", "fleet_test_jobs", "--id", f"w{i}", *FAST),
+                    env_for(role_urls["worker"], FLEET_TEST_DIR=str(tmp_path)),
+                    tmp_path / f"worker{i}.log",
+                )
+            )
+        wait_for(
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") >= 3,
+            timeout=30,
+            what="three runs done by the ticker and worker roles",
+        )
+        for p in procs:
+            assert p.popen.poll() is None, p.output()
+    status = subprocess.run(
+        fleetctl_cmd("status", "--json"),
+        env=env_for(role_urls["reader"]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode in (0, 1) and '"gated"' in status.stdout, status.stderr
+
+    slot = "(SELECT max(scheduled_for) FROM fleet.job_runs)"
+    # A worker cannot change a schedule's definition, nor hold its gate for a slot without an open run.
+    worker = role_urls["worker"]
+    assert "permission denied" in denied(worker, "UPDATE fleet.schedules SET job = 'evil'")
+    assert "row-level security" in denied(
+        worker, "UPDATE fleet.schedules SET running_slot = '2000-01-01T00:00Z' WHERE name = 'gated'"
+    )
+    assert "permission denied" in denied(
+        worker, f"UPDATE fleet.job_runs SET args = '{{}}' WHERE scheduled_for = {slot}"
+    )
+    assert "permission denied" in denied(worker, "DELETE FROM fleet.job_runs")
+    # A ticker cannot finish runs, nor create one with a job or args of its choosing.
+    ticker = role_urls["ticker"]
+    assert "permission denied" in denied(
+        ticker, f"UPDATE fleet.job_runs SET status = 'done' WHERE scheduled_for = {slot}"
+    )
+    assert "row-level security" in denied(
+        ticker,
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, run_after) "
+        "VALUES ('gated', '2001-01-01T00:00Z', 'evil', '{}', now())",
+    )
+    assert "row-level security" in denied(
+        ticker,
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, run_after) "
+        "VALUES ('gated', '2001-01-01T00:00Z', 'noop', '{\"cmd\": \"rm\"}', now())",
+    )
+    assert "permission denied" in denied(ticker, "UPDATE fleet.schedules SET args = '{}'")
+    # A reader reads; an operator changes schedules and runs, never the schema.
+    assert "permission denied" in denied(role_urls["reader"], "DELETE FROM fleet.job_runs")
+    assert "must be owner" in denied(role_urls["operator"], "DROP TABLE fleet.job_runs")
+    assert "permission denied" in denied(role_urls["operator"], "CREATE TABLE fleet.mine (x int)")
+
+
+def test_a_permission_error_is_one_line_and_exit_2(
+    role_urls: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sched = tmp_path / "s.toml"
+    sched.write_text(SCHEDULES)
+    assert fleetctl(["--database-url", role_urls["reader"], "apply", str(sched)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    reader = f"t_reader_{os.getpid()}"
+    assert (
+        len(err) == 1 and reader in err[0] and "permission denied" in err[0] and "fleet_operator" in err[0]
+    ), err
+    # A ticker started with a reader's rights says so once and exits 2, instead of retrying forever.
+    ticker = subprocess.run(
+        ticker_cmd("--poll", "0.5"), env=env_for(role_urls["reader"], FLEET_LOG_FORMAT="json"),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ticker.returncode == 2, ticker.stderr + ticker.stdout
+    lines = [x for x in (ticker.stdout + ticker.stderr).splitlines() if "permission_denied" in x]
+    assert len(lines) == 1 and reader in lines[0] and "fleet_ticker" in lines[0], lines
