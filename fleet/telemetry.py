@@ -54,6 +54,10 @@ DEFAULT_JAEGER_URL = "http://localhost:16686"
 
 _MAX_USER_ATTRIBUTES = 128  # what a handler may add to its attempt's span (the SDK's default limits)
 _MAX_USER_EVENTS = 128
+# Length limits on what a handler or its exception puts in a span: a 1 MB exception text is clipped
+# like the database's copy of it, and a span stays small enough for any collector.
+MAX_VALUE_CHARS = 4096
+MAX_NAME_CHARS = 256
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _ERROR_OUTCOMES = frozenset({"failed", "timeout", "dead", "lease_expired"})
@@ -499,7 +503,9 @@ class _AttemptSpan(trace.Span):
         with _lock:
             if self._open:
                 if self._extra is None:
-                    self._extra = BoundedAttributes(_MAX_USER_ATTRIBUTES, immutable=False)
+                    self._extra = BoundedAttributes(
+                        _MAX_USER_ATTRIBUTES, immutable=False, max_value_len=MAX_VALUE_CHARS
+                    )
                 self._extra[key] = value
 
     def add_event(
@@ -507,7 +513,8 @@ class _AttemptSpan(trace.Span):
     ) -> None:
         from opentelemetry.sdk.trace import Event
 
-        event = Event(name, attributes, timestamp)
+        bounded = BoundedAttributes(_MAX_USER_ATTRIBUTES, attributes, max_value_len=MAX_VALUE_CHARS)
+        event = Event(name[:MAX_NAME_CHARS], bounded, timestamp)
         with _lock:
             if self._open and len(self._events) < _MAX_USER_EVENTS:
                 self._events = (*self._events, event)
@@ -515,12 +522,15 @@ class _AttemptSpan(trace.Span):
     def add_link(self, context: SpanContext, attributes: otel_types.Attributes = None) -> None:
         if not context.is_valid:
             return
-        link = Link(context, BoundedAttributes(_MAX_USER_ATTRIBUTES, attributes))
+        link = Link(
+            context, BoundedAttributes(_MAX_USER_ATTRIBUTES, attributes, max_value_len=MAX_VALUE_CHARS)
+        )
         with _lock:
             if self._open:
                 self._links = (*self._links, link)
 
     def update_name(self, name: str) -> None:
+        name = name[:MAX_NAME_CHARS]
         with _lock:
             if self._open:
                 self._name = name
@@ -543,8 +553,8 @@ class _AttemptSpan(trace.Span):
         qualified = cls.__qualname__ if module in (None, "builtins") else f"{module}.{cls.__qualname__}"
         event_attributes: dict[str, Any] = {
             "exception.type": qualified,
-            "exception.message": str(exception),
-            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.message": _clip(_text_of(exception)),
+            "exception.stacktrace": _clip(_stacktrace(exception)),
             "exception.escaped": str(escaped),
         }
         if attributes:
@@ -553,6 +563,29 @@ class _AttemptSpan(trace.Span):
             if self._open:
                 self._error_type = qualified
         self.add_event("exception", event_attributes, timestamp)
+
+
+def _text_of(exception: BaseException) -> str:
+    """str(exception), or what can be said when its __str__ itself fails."""
+    try:
+        return str(exception)
+    except Exception:  # noqa: BLE001 - a handler's exception may be anything
+        return f"<{type(exception).__qualname__} whose message cannot be printed>"
+
+
+def _stacktrace(exception: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(exception))
+    except Exception:  # noqa: BLE001 - formatting calls the exception's __str__
+        return "".join(traceback.format_tb(exception.__traceback__))
+
+
+def _clip(text: str) -> str:
+    """At most MAX_VALUE_CHARS: the head and the tail (where a traceback ends), the middle left out."""
+    if len(text) <= MAX_VALUE_CHARS:
+        return text
+    half = MAX_VALUE_CHARS // 2 - 20
+    return f"{text[:half]}\n… ({len(text) - 2 * half} characters left out) …\n{text[-half:]}"
 
 
 # -- ticks ----------------------------------------------------------------------------------------

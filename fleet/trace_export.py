@@ -14,7 +14,7 @@ from functools import cached_property
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
@@ -57,7 +57,9 @@ def build(
     if service_name or str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: service_name or default_service}))
     resource = _Resource(resource.attributes, resource.schema_url)
-    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    # The SDK's default attribute length is unlimited; a span carries at most 4 kB per value.
+    limits = SpanLimits(max_attribute_length=4096, max_span_attribute_length=4096)
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False, span_limits=limits)
     processors: list[SpanProcessor] = []
     if exporter is not None:
         processors.append(SimpleSpanProcessor(_Materializing(exporter)))

@@ -287,6 +287,26 @@ def test_a_failed_attempt_records_the_exception_and_is_an_error(spans: InMemoryS
     assert "raise KeyError" in str(event.attributes["exception.stacktrace"])
 
 
+def test_a_huge_exception_and_huge_attributes_are_clipped(spans: InMemorySpanExporter) -> None:
+    def handler(ctx: Any) -> None:
+        trace.get_current_span().set_attribute("app.blob", "x" * 1_000_000)
+        trace.get_current_span().add_event("e" * 1000, {"big": "y" * 1_000_000})
+        raise ValueError("z" * 1_000_000)
+
+    a = attempt()
+    with telemetry.attempt_span(a, None):
+        verdict, error = execute(handler, a.context("worker-7"))
+    telemetry.attempt_recorded(a, "failed", error)
+    s = only(spans)
+    assert s.attributes is not None and len(str(s.attributes["app.blob"])) <= telemetry.MAX_VALUE_CHARS
+    for event in s.events:
+        assert len(event.name) <= telemetry.MAX_NAME_CHARS
+        for value in (event.attributes or {}).values():
+            assert len(str(value)) <= telemetry.MAX_VALUE_CHARS
+    (exc,) = [e for e in s.events if e.name == "exception"]
+    assert "characters left out" in str(exc.attributes["exception.message"])  # type: ignore[index]
+
+
 def test_handler_spans_are_children_of_the_attempt_and_may_annotate_it(spans: InMemorySpanExporter) -> None:
     a = attempt()
     with telemetry.attempt_span(a, None):
