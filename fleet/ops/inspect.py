@@ -52,6 +52,7 @@ class ScheduleHealth:
     job: str
     job_served: bool  # some live worker has registered the job
     paused: bool
+    pause_note: str | None  # the operator's note from pause or resume
     enabled: bool
     numbers: health.Health = field(repr=False)
 
@@ -107,6 +108,7 @@ def health_of(row: dict[str, Any]) -> ScheduleHealth:
         job=row["job"],
         job_served=bool(row["job_served"]),
         paused=numbers.paused,
+        pause_note=row["pause_note"],
         enabled=row["enabled"],
         numbers=numbers,
     )
@@ -191,6 +193,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     "NEXT SLOT",
                     "LAST OUTCOME",
                     "INTERVAL",
+                    "NOTE",
                 ],
                 [
                     [
@@ -204,6 +207,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                         h.next_run_at,
                         h.last_outcome,
                         human(h.interval_s),
+                        _first_line(h.pause_note, 60),
                     ]
                     for h in found
                 ],

@@ -135,23 +135,45 @@ def slot_backfill(
 # -- pause, resume -------------------------------------------------------------------------------
 
 
-def schedule_pause(conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None) -> bool:
+# An operator's note on a pause or resume is one short line for people, shown by `status`.
+MAX_NOTE_CHARS = 500
+
+
+def check_note(note: str | None, field: str = "--note") -> str | None:
+    """The note stripped (None when empty); UsageError naming `field` when it is too long."""
+    if note is None or not note.strip():
+        return None
+    if len(note) > MAX_NOTE_CHARS:
+        raise UsageError(f"{field}: at most {MAX_NOTE_CHARS} characters, got {len(note)}")
+    return note.strip()
+
+
+def schedule_pause(
+    conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None, note: str | None = None
+) -> bool:
     """Stop creating slots for the schedule; False when it was paused already.
 
-    Runs already created still run; the slots that come due while paused are never created.
+    Runs already created still run; the slots that come due while paused are never created. The
+    note (why) replaces an earlier one; pausing anew without a note clears it.
     """
+    note = check_note(note)
     schedule_row(conn, schedule)
-    return conn.execute(q("schedule_pause"), {"name": schedule, "now": now}).fetchone() is not None
+    with conn.transaction():
+        paused = conn.execute(q("schedule_pause"), {"name": schedule, "now": now}).fetchone() is not None
+        if paused or note is not None:
+            conn.execute(q("schedule_note"), {"name": schedule, "note": note})
+    return paused
 
 
 def schedule_resume(
-    conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None
+    conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None, note: str | None = None
 ) -> datetime | None:
     """Create slots again from now on; returns the next slot, or None when it was not paused.
 
     The next slot is planned from the database's now(), so the paused stretch is not caught up
-    however long it was.
+    however long it was. The pause's note is replaced by `note` (cleared without one).
     """
+    note = check_note(note)
     with conn.transaction():
         row = conn.execute(q("schedule_lock"), {"name": schedule, "now": now}).fetchone()
         if row is None:
@@ -160,6 +182,7 @@ def schedule_resume(
             return None
         nxt = first_slot_at_or_after(timing_of(row), row["db_now"])
         conn.execute(q("schedule_resume"), {"name": schedule, "next_run_at": nxt, "now": now})
+        conn.execute(q("schedule_note"), {"name": schedule, "note": note})
         conn.execute(q("schedule_notify"))  # tickers re-read their next wake-up at once
     return nxt
 
@@ -274,14 +297,14 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
 def cmd_pause(args: argparse.Namespace) -> int:
     with db(args) as conn:
-        paused = schedule_pause(conn, args.schedule)
+        paused = schedule_pause(conn, args.schedule, note=args.note)
     print(f"paused {args.schedule}" if paused else f"{args.schedule} is paused already")
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     with db(args) as conn:
-        nxt = schedule_resume(conn, args.schedule)
+        nxt = schedule_resume(conn, args.schedule, note=args.note)
     print(f"resumed {args.schedule}: next slot {iso(nxt)}" if nxt else f"{args.schedule} is not paused")
     return 0
 
@@ -343,6 +366,9 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         help="stop creating slots for a schedule (runs already created still run)",
     )
     p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument(
+        "--note", metavar="TEXT", help="why, shown by `fleetctl status` (replaces an earlier note)"
+    )
     p = sub.add_parser(
         "resume",
         help="create slots again; the next slot is planned from now, so the paused time is not caught up",
@@ -350,6 +376,9 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "while the schedule was paused are never created, however long the pause (use backfill for them).",
     )
     p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument(
+        "--note", metavar="TEXT", help="a note shown by `fleetctl status` (without one: the pause's is cleared)"
+    )
 
     p = sub.add_parser(
         "backfill",
