@@ -127,7 +127,7 @@ class Dashboard:
         except UsageError as e:
             status = 404 if str(e).startswith(("no such schedule", "schedule ")) else 400
             return self._error(status, str(e))
-        except (psycopg.Error, PoolTimeout, DatabaseUnavailable) as e:
+        except (psycopg.OperationalError, PoolTimeout, DatabaseUnavailable) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             return self._error(503, f"database unavailable: {first}")
         except Exception as e:  # noqa: BLE001 - logged; the browser gets a page, not a traceback

@@ -10,6 +10,7 @@ from typing import Any, Final
 
 import orjson
 import psycopg
+from psycopg.types.json import Jsonb
 
 from fleet.ops import health
 from fleet.ops.cli import UsageError
@@ -160,7 +161,8 @@ def act(conn: psycopg.Connection[Any], name: str, action: str, form: dict[str, s
     if action == "trigger":
         args = parse_args_json(form.get("args"))
         schedule_row(conn, name)
-        row = conn.execute(q("run_trigger_args"), {"name": name, "args": args, "now": None}).fetchone()
+        params = {"name": name, "args": None if args is None else Jsonb(args), "now": None}
+        row = conn.execute(q("run_trigger_args"), params).fetchone()
         assert row is not None
         if row["created"]:
             conn.execute(q("run_notify"))
