@@ -12,7 +12,7 @@ import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any, Final
 
@@ -79,6 +79,11 @@ def _when(value: datetime | str | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def _clock(value: datetime, span: timedelta) -> str:
+    """An axis label: the time of day, with the date when the axis spans days."""
+    return value.astimezone(UTC).strftime("%H:%M:%S" if span < timedelta(days=1) else "%m-%d %H:%M")
+
+
 def schedule_url(name: str) -> str:
     return "/schedules/" + urllib.parse.quote(name, safe="")
 
@@ -103,7 +108,7 @@ class Dashboard:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        self.env.filters.update(human=human, when=_when, json=lambda v: orjson.dumps(v).decode())
+        self.env.filters.update(human=human, when=_when, clock=_clock, json=lambda v: orjson.dumps(v).decode())
         self.env.globals.update(
             schedule_url=schedule_url,
             slot_url=slot_url,
