@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fleet.ops.cli import UsageError
+from fleet.ops.cli import UsageError, main
 from fleet.ops.dashboard.config import settings_from, trace_link
 from fleet.ops.dashboard.timeline import LABEL_W, WIDTH, layout
 
@@ -49,6 +49,12 @@ def test_actions_need_loopback_or_credentials() -> None:
 def test_bad_settings_name_their_flag(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError, match=re.escape(message)):
         settings(**kwargs)
+
+
+def test_fleetctl_dashboard_with_a_bad_flag_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--database-url", "postgresql://nowhere.invalid/x", "dashboard", "--listen", "8787"]) == 2
+    err = capsys.readouterr().err
+    assert err == "fleetctl dashboard: --listen: expected HOST:PORT such as 127.0.0.1:8787, got '8787'\n"
 
 
 def test_trace_links_follow_the_template_and_untraced_attempts_have_none() -> None:
