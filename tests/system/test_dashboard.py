@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from playwright.sync_api import Browser, Dialog, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, sync_playwright
 
 from fleet.db import connect
 from tests.support import (
@@ -63,10 +63,16 @@ def browser() -> Iterator[Browser]:
 
 
 class Dialogs:
-    """Every dialog (alert, confirm) a page opens: none may open."""
+    """Every dialog (alert, confirm) a page opens, and every error on its console (a script or
+    style the Content-Security-Policy blocked, a failed request): none may occur."""
 
     def __init__(self) -> None:
         self.seen: list[str] = []
+        self.console_errors: list[str] = []
+
+    def console(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.console_errors.append(message.text)
 
     def __call__(self, dialog: Dialog) -> None:
         self.seen.append(dialog.message)
@@ -80,6 +86,7 @@ def page(browser: Browser) -> Iterator[tuple[Page, Dialogs]]:
     p.set_default_timeout(TIMEOUT_MS)
     dialogs = Dialogs()
     p.on("dialog", dialogs)
+    p.on("console", dialogs.console)
     yield p, dialogs
     context.close()
 
@@ -172,12 +179,18 @@ def test_dead_schedule_is_retried_from_its_page_and_the_page_follows(
     )
     slot = due_run(conn, "nightly-report")
     with processes() as procs:
-        start_fleet(procs, db_url, tmp_path, "w1", "w2")
+        start_fleet(procs, db_url, tmp_path)  # the ticker; the workers come once the page is up
         _, url = start_dashboard(procs, db_url, tmp_path)
-        p.goto(url)
+        response = p.goto(url)
+        assert response is not None and "script-src 'self';" in response.headers["content-security-policy"]
         row = p.locator('tr.schedule[data-name="nightly-report"]')
-        # the page was loaded before the run died: it turns DEAD by itself
+        assert row.get_attribute("data-verdict") == "NO-WORKER"  # its run waits for a worker
+        p.evaluate("window.notReloaded = true")
+        for wid in ("w1", "w2"):
+            start_worker(procs, db_url, tmp_path, wid, *FAST)
+        # the run dies, and the page, not reloaded, turns the schedule DEAD
         p.wait_for_selector('tr.schedule[data-name="nightly-report"][data-verdict="DEAD"]')
+        assert p.evaluate("window.notReloaded") is True
         assert row.locator(".dead-count").inner_text() == "1"
         assert "DEAD" in row.locator(".verdict").inner_text()
         wait_for(
@@ -202,7 +215,8 @@ def test_dead_schedule_is_retried_from_its_page_and_the_page_follows(
         assert dead.count() == 1 and "the report's source table is missing" in dead.inner_text()
 
         # Retry while no worker can take the run: it is pending, and the page says so
-        for w in procs[1:3]:
+        workers = procs[2:4]
+        for w in workers:
             w.signal(signal.SIGSTOP)
         dead.locator("button.retry").click()
         p.wait_for_selector("#flash")
@@ -213,7 +227,7 @@ def test_dead_schedule_is_retried_from_its_page_and_the_page_follows(
             == "pending"
         )
         p.evaluate("window.notReloaded = true")
-        for w in procs[1:3]:
+        for w in workers:
             w.signal(signal.SIGCONT)
         # a worker finishes it, and the same page (not reloaded) shows it done and the schedule OK
         p.wait_for_selector(f'tr.run[data-slot="{slot:%Y-%m-%d %H:%M:%S}Z"][data-status="done"]')
@@ -228,7 +242,7 @@ def test_dead_schedule_is_retried_from_its_page_and_the_page_follows(
             p.wait_for_selector(f'tr.process[data-id="{wid}"][data-kind="worker"]')
         assert p.locator('tr.process[data-kind="ticker"]').count() == 1
         shot(p, "workers")
-    assert dialogs.seen == []
+    assert dialogs.seen == [] and dialogs.console_errors == []
 
 
 # -- a worker killed mid-run ----------------------------------------------------------------------
@@ -287,7 +301,7 @@ def test_a_killed_workers_lost_lease_and_the_reclaim_show_on_the_timeline(
             + scalar(conn, "SELECT trace_id FROM fleet.job_runs WHERE schedule_name = 'ingest-orders'")
         )
         shot(p, "slot")
-    assert dialogs.seen == []
+    assert dialogs.seen == [] and dialogs.console_errors == []
 
 
 # -- text is text ---------------------------------------------------------------------------------
@@ -341,7 +355,8 @@ def test_error_text_args_and_a_pause_note_render_as_text_and_no_script_runs(
         wait_for(lambda: p.locator("[data-live]").get_attribute("data-refreshed"), what="a refresh")
         shows_as_text('tr.schedule[data-name="hostile"] .note')
 
-        # bad trigger args: one line naming the field, nothing created
+        assert dialogs.console_errors == []
+        # bad trigger args: one line naming the field, nothing created (the 400 is on the console)
         p.goto(url + "schedules/hostile")
         p.fill("#trigger-args", "[1, 2]")
         p.click("#trigger")
@@ -454,4 +469,4 @@ def test_read_only_and_posts_without_token_or_credentials_are_refused_and_change
         _, other = start_dashboard(procs, db_url, tmp_path)
         assert post(other + "schedules/nightly-report/pause", {"csrf": token}, other.rstrip("/")) == 403
         assert scalar(conn, "SELECT paused_at FROM fleet.schedules WHERE name = 'nightly-report'") is None
-    assert dialogs.seen == []
+    assert dialogs.seen == [] and dialogs.console_errors == []

@@ -66,6 +66,7 @@ def test_trace_links_follow_the_template_and_untraced_attempts_have_none() -> No
     tempo = settings(trace_url="https://grafana.example/explore?trace={trace_id}&span={span_id}").trace_url
     assert trace_link(tempo, "ab12", "cd34") == "https://grafana.example/explore?trace=ab12&span=cd34"
     assert trace_link(tempo, None, None) is None
+    assert trace_link(settings(trace_url="none").trace_url, "ab12", "cd34") is None  # no tracing here
 
 
 def attempt(

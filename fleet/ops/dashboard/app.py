@@ -108,7 +108,9 @@ class Dashboard:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        self.env.filters.update(human=human, when=_when, clock=_clock, json=lambda v: orjson.dumps(v).decode())
+        self.env.filters.update(
+            human=human, when=_when, clock=_clock, json=lambda v: orjson.dumps(v).decode()
+        )
         self.env.globals.update(
             schedule_url=schedule_url,
             slot_url=slot_url,
@@ -173,6 +175,8 @@ class Dashboard:
     def _get(self, req: Request) -> Response:
         parts = [urllib.parse.unquote(p) for p in req.path.strip("/").split("/")] if req.path != "/" else []
         fragment = req.query.get("fragment") == "1"
+        if parts == ["favicon.ico"]:
+            return Response(204, headers={"Cache-Control": "max-age=86400"})
         if parts and parts[0] == "static" and len(parts) == 2 and parts[1] in STATIC:
             body = resources.files("fleet.ops.dashboard").joinpath("static", parts[1]).read_bytes()
             return Response(200, body, STATIC[parts[1]], {"Cache-Control": "max-age=300"})

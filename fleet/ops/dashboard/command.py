@@ -116,7 +116,7 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument(
         "--trace-url",
         metavar="TEMPLATE",
-        help=f"an attempt's trace link, with {{trace_id}} [env {ENV_TRACE_URL}] "
+        help=f"an attempt's trace link, with {{trace_id}}, or 'none' [env {ENV_TRACE_URL}] "
         f"(Jaeger's: ${ENV_JAEGER} or http://localhost:16686, + /trace/{{trace_id}})",
     )
     p.add_argument(

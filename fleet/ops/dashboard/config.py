@@ -46,7 +46,7 @@ class DashboardSettings:
     credentials: Credentials
     read_only: bool  # actions refused (and not offered)
     read_only_reason: str | None
-    trace_url: str  # a template with {trace_id} (and optionally {span_id})
+    trace_url: str  # a template with {trace_id} (and optionally {span_id}); empty: no trace links
     refresh_s: float = DEFAULT_REFRESH_S
     threads: int = DEFAULT_THREADS
 
@@ -97,6 +97,8 @@ def parse_trace_url(template: str | None, jaeger: str | None) -> str:
     """The trace link template: given, or Jaeger's trace page under `jaeger` (or its default)."""
     if template is None:
         return (jaeger or DEFAULT_JAEGER_URL).rstrip("/") + DEFAULT_TRACE_PATH
+    if template.strip().lower() == "none":
+        return ""  # the workers export no traces: no links
     parts = urllib.parse.urlsplit(template)
     if parts.scheme not in ("http", "https") or not parts.netloc or "{trace_id}" not in template:
         raise UsageError(
@@ -147,8 +149,8 @@ def settings_from(
 
 
 def trace_link(template: str, trace_id: str | None, span_id: str | None) -> str | None:
-    """The link to one attempt's trace; None when the attempt was not traced."""
-    if not trace_id:
+    """The link to one attempt's trace; None when the attempt has no trace id or links are off."""
+    if not trace_id or not template:
         return None
     quote = urllib.parse.quote
     return template.format(trace_id=quote(trace_id, safe=""), span_id=quote(span_id or "", safe=""))
