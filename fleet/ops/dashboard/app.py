@@ -197,7 +197,8 @@ class Dashboard:
             return self._page("schedule", fragment, data, flash=flash, before=req.query.get("before"))
         if parts[0] == "schedules" and len(parts) == 4 and parts[2] == "slots":
             slot = parse_instant(parts[3], "slot")
-            data = self._read(lambda c: pages.slot_page(c, parts[1], slot, self.settings.trace_url))
+            s = self.settings
+            data = self._read(lambda c: pages.slot_page(c, parts[1], slot, s.trace_url, s.jaeger))
             return self._page("slot", fragment, data, name=parts[1])
         raise NotFound
 

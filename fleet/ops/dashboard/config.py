@@ -47,6 +47,7 @@ class DashboardSettings:
     read_only: bool  # actions refused (and not offered)
     read_only_reason: str | None
     trace_url: str  # a template with {trace_id} (and optionally {span_id}); empty: no trace links
+    jaeger: str = DEFAULT_JAEGER_URL  # the Jaeger UI searched for every attempt of a slot
     refresh_s: float = DEFAULT_REFRESH_S
     threads: int = DEFAULT_THREADS
 
@@ -143,6 +144,7 @@ def settings_from(
         read_only=reason is not None,
         read_only_reason=reason,
         trace_url=parse_trace_url(trace_url or env.get(ENV_TRACE_URL), env.get(ENV_JAEGER)),
+        jaeger=env.get(ENV_JAEGER) or DEFAULT_JAEGER_URL,
         refresh_s=refresh_s,
         threads=threads,
     )

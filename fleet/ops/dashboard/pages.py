@@ -103,9 +103,11 @@ def schedule_page(
     }
 
 
-def slot_page(conn: psycopg.Connection[Any], name: str, slot: datetime, trace_url: str) -> dict[str, Any]:
+def slot_page(
+    conn: psycopg.Connection[Any], name: str, slot: datetime, trace_url: str, jaeger: str
+) -> dict[str, Any]:
     """One slot's whole story: every attempt in order, with the wait before it and its trace."""
-    h = slot_history(conn, name, slot)
+    h = slot_history(conn, name, slot, jaeger)
     previous_end: datetime | None = None
     for a in h["attempt_history"]:
         started = parse_instant(a["started_at"], "started_at") if a["started_at"] else None
