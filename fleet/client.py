@@ -114,17 +114,19 @@ class Client:
                 )
             return apply_specs(conn, list(specs), prune=prune)
 
-    def pause(self, schedule: str) -> bool:
+    def pause(self, schedule: str, note: str | None = None) -> bool:
         """Stop creating slots for `schedule`; False when it was paused already. Runs already
-        created still run; the slots that come due while it is paused are never created."""
+        created still run; the slots that come due while it is paused are never created. `note`
+        (at most 500 characters) says why; `status` shows it."""
         with self._session() as conn:
-            return repair.schedule_pause(conn, schedule)
+            return repair.schedule_pause(conn, schedule, note=note)
 
-    def resume(self, schedule: str) -> datetime | None:
+    def resume(self, schedule: str, note: str | None = None) -> datetime | None:
         """Create slots for `schedule` again; returns its next slot, or None when it was not paused.
-        The next slot is planned from now: the paused stretch is not caught up."""
+        The next slot is planned from now: the paused stretch is not caught up. The pause's note
+        is replaced by `note` (cleared without one)."""
         with self._session() as conn:
-            return repair.schedule_resume(conn, schedule)
+            return repair.schedule_resume(conn, schedule, note=note)
 
     def status(self, schedules: Sequence[str] | None = None) -> list[ScheduleHealth]:
         """The health of the named schedules (all when None or empty), by name: the numbers and

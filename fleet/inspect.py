@@ -109,6 +109,7 @@ def health_of(row: dict[str, Any]) -> ScheduleHealth:
         job=row["job"],
         job_served=bool(row["job_served"]),
         paused=numbers.paused,
+        pause_note=row["pause_note"],
         enabled=row["enabled"],
         numbers=numbers,
     )

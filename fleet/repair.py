@@ -117,23 +117,45 @@ def run_trigger(
 # -- pause, resume -------------------------------------------------------------------------------
 
 
-def schedule_pause(conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None) -> bool:
+# An operator's note on a pause or resume is one short line for people, shown by `status`.
+MAX_NOTE_CHARS = 500
+
+
+def check_note(note: str | None, field: str = "--note") -> str | None:
+    """The note stripped (None when empty); RequestError naming `field` when it is too long."""
+    if note is None or not note.strip():
+        return None
+    if len(note) > MAX_NOTE_CHARS:
+        raise RequestError(f"{field}: at most {MAX_NOTE_CHARS} characters, got {len(note)}")
+    return note.strip()
+
+
+def schedule_pause(
+    conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None, note: str | None = None
+) -> bool:
     """Stop creating slots for the schedule; False when it was paused already.
 
-    Runs already created still run; the slots that come due while paused are never created.
+    Runs already created still run; the slots that come due while paused are never created. The
+    note (why) replaces an earlier one; pausing anew without a note keeps it.
     """
+    note = check_note(note)
     schedule_get(conn, schedule)
-    return conn.execute(q("schedule_pause"), {"name": schedule, "now": now}).fetchone() is not None
+    with conn.transaction():
+        paused = conn.execute(q("schedule_pause"), {"name": schedule, "now": now}).fetchone() is not None
+        if paused or note is not None:
+            conn.execute(q("schedule_note"), {"name": schedule, "note": note})
+    return paused
 
 
 def schedule_resume(
-    conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None
+    conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None, note: str | None = None
 ) -> datetime | None:
     """Create slots again from now on; returns the next slot, or None when it was not paused.
 
     The next slot is planned from the database's now(), so the paused stretch is not caught up
-    however long it was.
+    however long it was. The pause's note is replaced by `note` (cleared without one).
     """
+    note = check_note(note)
     with conn.transaction():
         row = conn.execute(q("schedule_lock"), {"name": schedule, "now": now}).fetchone()
         if row is None:
@@ -142,5 +164,6 @@ def schedule_resume(
             return None
         nxt = first_slot_at_or_after(timing_of(row), row["db_now"])
         conn.execute(q("schedule_resume"), {"name": schedule, "next_run_at": nxt, "now": now})
+        conn.execute(q("schedule_note"), {"name": schedule, "note": note})
         conn.execute(q("schedule_notify"))  # tickers re-read their next wake-up at once
     return None if nxt is None else aware(nxt, "next slot")

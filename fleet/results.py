@@ -86,6 +86,7 @@ class ScheduleHealth:
     job_served: bool
     #: Paused by an operator (`Client.pause`, `fleetctl pause`).
     paused: bool
+    pause_note: str | None  # the operator's note from pause or resume
     #: False once the schedules file no longer has it (`apply` with prune).
     enabled: bool
     #: The numbers the verdict was made from (see `fleet.health`).

@@ -94,7 +94,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 # Each of these modules adds its subcommands: `add_commands(subparsers) -> dict[name, handler]`.
-COMMAND_MODULES = ("fleet.ops.inspect", "fleet.ops.repair", "fleet.ops.metrics", "fleet.ops.supervise")
+COMMAND_MODULES = (
+    "fleet.ops.inspect",
+    "fleet.ops.repair",
+    "fleet.ops.metrics",
+    "fleet.ops.supervise",
+    "fleet.ops.dashboard.command",
+)
 
 
 def version() -> str:

@@ -99,6 +99,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     "NEXT SLOT",
                     "LAST OUTCOME",
                     "INTERVAL",
+                    "NOTE",
                 ],
                 [
                     [
@@ -112,6 +113,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                         iso(h.next_run_at),
                         h.last_outcome,
                         human(h.interval_s),
+                        _first_line(h.pause_note, 60),
                     ]
                     for h in found
                 ],

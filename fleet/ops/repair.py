@@ -64,9 +64,10 @@ def slot_backfill(
             f"{schedule} has more than {MAX_BACKFILL_SLOTS} slots from {iso(start)} to {iso(end)}: "
             "narrow the range"
         )
-    created = [r["scheduled_for"] for r in conn.execute(
-        q("slot_backfill"), {"name": schedule, "slots": slots, "now": now}
-    )]
+    created = [
+        r["scheduled_for"]
+        for r in conn.execute(q("slot_backfill"), {"name": schedule, "slots": slots, "now": now})
+    ]
     if created:
         _wake_workers(conn)
     return BackfillResult(created=sorted(created), existing=len(slots) - len(created))
@@ -112,10 +113,17 @@ def run_prune(
             keep_slots.append(slot)
     after = datetime.min.replace(tzinfo=db_now.tzinfo)
     while True:
-        row = conn.execute(q("run_prune"), {
-            "cutoff": result.cutoff, "after": after, "schedule": schedule, "limit": batch,
-            "keep_names": keep_names, "keep_slots": keep_slots,
-        }).fetchone()
+        row = conn.execute(
+            q("run_prune"),
+            {
+                "cutoff": result.cutoff,
+                "after": after,
+                "schedule": schedule,
+                "limit": batch,
+                "keep_names": keep_names,
+                "keep_slots": keep_slots,
+            },
+        ).fetchone()
         assert row is not None
         if not row["runs"]:
             return result
@@ -187,7 +195,7 @@ def _job_args(text: str | None) -> dict[str, Any] | None:
     except orjson.JSONDecodeError as e:
         raise UsageError(f"--args: not valid JSON: {e}") from None
     if not isinstance(value, dict):
-        raise UsageError(f"--args: must be a JSON object such as '{{\"format\": \"csv\"}}', got {text!r}")
+        raise UsageError(f'--args: must be a JSON object such as \'{{"format": "csv"}}\', got {text!r}')
     return value
 
 
@@ -205,14 +213,14 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
 def cmd_pause(args: argparse.Namespace) -> int:
     with client(args) as c:
-        paused = c.pause(args.schedule)
+        paused = c.pause(args.schedule, note=args.note)
     print(f"paused {args.schedule}" if paused else f"{args.schedule} is paused already")
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     with client(args) as c:
-        nxt = c.resume(args.schedule)
+        nxt = c.resume(args.schedule, note=args.note)
     print(f"resumed {args.schedule}: next slot {iso(nxt)}" if nxt else f"{args.schedule} is not paused")
     return 0
 
@@ -237,15 +245,18 @@ def cmd_prune(args: argparse.Namespace) -> int:
     started = time.monotonic()
     with db(args) as conn:
         r = run_prune(conn, older_than, schedule=args.schedule, batch=args.batch)
-    print(f"pruned {r.runs} run(s) and {r.attempts} attempt(s) finished before {iso(r.cutoff)} "
-          f"in {r.batches} batch(es), {time.monotonic() - started:.1f}s")
+    print(
+        f"pruned {r.runs} run(s) and {r.attempts} attempt(s) finished before {iso(r.cutoff)} "
+        f"in {r.batches} batch(es), {time.monotonic() - started:.1f}s"
+    )
     return 0
 
 
 def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     slot_help = "the slot, ISO-8601 (e.g. 2026-11-02T10:00:00Z; no offset: UTC)"
     p = sub.add_parser(
-        "retry", help="make a dead run pending again (attempt history kept, retry budget restarted)",
+        "retry",
+        help="make a dead run pending again (attempt history kept, retry budget restarted)",
     )
     p.add_argument("schedule", metavar="SCHEDULE")
     p.add_argument("slot", metavar="SLOT", nargs="?", help=slot_help)
@@ -277,6 +288,9 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         help="stop creating slots for a schedule (runs already created still run)",
     )
     p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument(
+        "--note", metavar="TEXT", help="why, shown by `fleetctl status` (replaces an earlier note)"
+    )
     p = sub.add_parser(
         "resume",
         help="create slots again; the next slot is planned from now, so the paused time is not caught up",
@@ -284,6 +298,11 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "while the schedule was paused are never created, however long the pause (use backfill for them).",
     )
     p.add_argument("schedule", metavar="SCHEDULE")
+    p.add_argument(
+        "--note",
+        metavar="TEXT",
+        help="a note shown by `fleetctl status` (without one: the pause's is cleared)",
+    )
 
     p = sub.add_parser(
         "backfill",
@@ -309,6 +328,11 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--schedule", metavar="SCHEDULE", help="only this schedule's runs")
     p.add_argument("--batch", type=int, default=PRUNE_BATCH, help=f"runs per transaction ({PRUNE_BATCH})")
     return {
-        "retry": cmd_retry, "discard": cmd_discard, "trigger": cmd_trigger, "pause": cmd_pause,
-        "resume": cmd_resume, "backfill": cmd_backfill, "prune": cmd_prune,
+        "retry": cmd_retry,
+        "discard": cmd_discard,
+        "trigger": cmd_trigger,
+        "pause": cmd_pause,
+        "resume": cmd_resume,
+        "backfill": cmd_backfill,
+        "prune": cmd_prune,
     }

@@ -77,7 +77,8 @@ def add_commands(sub: Any) -> dict[str, Command]:
         help="run a fleet here: database, schema, schedules, a ticker and workers, and a live view",
         description="Run a whole fleet in this directory until Ctrl-C: the database (FLEET_DATABASE_URL or "
         "the embedded PostgreSQL in .fleet/pgdata), the schema, the schedules (the examples when none are "
-        "given and the database has none), supervisord with a ticker and N workers, and a live view.",
+        "given and the database has none), supervisord with a ticker and N workers, a live view and the web "
+        "dashboard (`fleetctl dashboard`).",
     )
     u.add_argument("--workers", metavar="N", type=int, default=2, help="workers to start (2)")
     u.add_argument("--max-workers", metavar="N", type=int,
@@ -88,6 +89,9 @@ def add_commands(sub: Any) -> dict[str, Command]:
     u.add_argument("--schedules", metavar="FILE",
                    help="schedules file to apply (default: the examples, if the database has none)")
     u.add_argument("--grace", metavar="S", type=float, help=GRACE_HELP)
+    u.add_argument("--dashboard", metavar="HOST:PORT", default="127.0.0.1:8787",
+                   help="where the web dashboard listens (127.0.0.1:8787)")
+    u.add_argument("--no-dashboard", action="store_true", help="start no web dashboard")
 
     s = sub.add_parser(
         "scale",

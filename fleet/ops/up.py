@@ -39,6 +39,8 @@ from fleet.migrate import migrate
 from fleet.ops import live
 from fleet.ops.cli import UsageError
 from fleet.ops.control import ProcInfo, Supervisor, SupervisorUnavailable, serverurl_from_config
+from fleet.ops.dashboard.command import RunningDashboard
+from fleet.ops.dashboard.config import DEFAULT_LISTEN, DEFAULT_REFRESH_S, settings_from
 from fleet.ops.supervise import default_bin_dir, default_grace
 from fleet.queries import q
 from fleet.schedfile import ScheduleSpec, load
@@ -157,6 +159,7 @@ class Up:
         self.sv: Supervisor | None = None
         self.known: list[ProcInfo] = []
         self.opts: SupervisorOptions | None = None
+        self.dashboard: RunningDashboard | None = None
 
     # -- signals -------------------------------------------------------------------------------
 
@@ -177,6 +180,8 @@ class Up:
             return self._run()
         finally:
             try:
+                if self.dashboard is not None:
+                    self.dashboard.stop()
                 self._stop_supervisord()
             finally:
                 if self.started_db:
@@ -205,6 +210,7 @@ class Up:
         if self.stop.is_set():
             return 0
         self._start_supervisord()
+        self._start_dashboard(url)
         return self._watch(url)
 
     # -- before supervisord --------------------------------------------------------------------
@@ -348,6 +354,21 @@ class Up:
         self._say(f"supervisord (pid {self.sv_proc.pid}) starts 1 ticker and {self.opts.workers} workers; "
                   f"logs in {self.logs}")
 
+    def _start_dashboard(self, url: str) -> None:
+        """The web dashboard beside the live view, on a thread of this process; a port already taken
+        is a warning, not a reason to stop the fleet."""
+        if getattr(self.args, "no_dashboard", False):
+            return
+        listen = getattr(self.args, "dashboard", None) or DEFAULT_LISTEN
+        try:
+            settings = settings_from(listen=listen, read_only=False, trace_url=None,
+                                     refresh_s=DEFAULT_REFRESH_S, threads=4, env=os.environ)
+            self.dashboard = RunningDashboard(settings, url)
+        except UsageError as e:
+            self._say(f"warning: no dashboard: {e}")
+            return
+        self._say(f"dashboard: {self.dashboard.describe()}")
+
     def _stop_supervisord(self) -> None:
         proc, sv = self.sv_proc, self.sv
         if proc is None or sv is None:
@@ -417,7 +438,8 @@ class Up:
                     conn = None
                 self._annotate_failures(snap)
                 if screen is not None:
-                    header = (f"fleet up · database {db_label} · {time.strftime('%H:%M:%S')} · "
+                    web = f" · dashboard {self.dashboard.address}" if self.dashboard else ""
+                    header = (f"fleet up · database {db_label}{web} · {time.strftime('%H:%M:%S')} · "
                               "Ctrl-C stops everything")
                     screen.draw(live.frame(snap, header))
                     self.stop.wait(_TTY_REFRESH_S)

@@ -13,7 +13,7 @@ served AS (
     WHERE p.kind = 'worker' AND p.seen_at > t.now - make_interval(secs => %(stale_s)s)
 )
 SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing, s.job, s.overlap,
-       s.enabled, s.paused_at, s.next_run_at, s.created_at, s.updated_at, t.now AS db_now,
+       s.enabled, s.paused_at, s.pause_note, s.next_run_at, s.created_at, s.updated_at, t.now AS db_now,
        s.job = ANY(sv.jobs) AS job_served,
        ls.finished_at AS last_success_at,
        lf.scheduled_for AS last_slot, lf.status::text AS last_status, lf.last_outcome AS last_outcome,
@@ -69,6 +69,11 @@ UPDATE fleet.schedules
 SET paused_at = coalesce(%(now)s::timestamptz, now()), updated_at = coalesce(%(now)s::timestamptz, now())
 WHERE name = %(name)s AND paused_at IS NULL
 RETURNING paused_at
+
+-- name: schedule_note
+-- The operator's note shown beside the schedule's verdict (why it is paused); NULL removes it.
+UPDATE fleet.schedules SET pause_note = %(note)s WHERE name = %(name)s
+RETURNING pause_note
 
 -- name: schedule_resume
 -- The next slot is planned from now by the caller: the paused stretch is not caught up.

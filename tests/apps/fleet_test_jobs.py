@@ -79,3 +79,12 @@ def traced(ctx: JobContext) -> None:
     with trace.get_tracer("fleet-test-jobs").start_as_current_span("render report") as span:
         span.set_attribute("app.pages", 3)
     _record("done", ctx)
+
+
+@fleet.job("permanent_once")
+def permanent_once(ctx: JobContext) -> None:
+    """Its first attempt fails permanently with args.error (a dead run); a retry succeeds."""
+    _record("start", ctx)
+    if ctx.attempt == 1:
+        raise fleet.Permanent(str(ctx.args.get("error", "cannot succeed")))
+    _record("done", ctx)

@@ -191,6 +191,25 @@ def test_pause_stops_slots_and_resume_does_not_catch_up(
     assert "'nope'" in refused(capsys, db_url, conn, "resume", "nope")
 
 
+def test_pause_note_is_shown_by_status_and_resume_replaces_it(
+    capsys: Cap, db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    hourly(conn)
+    code, _, _ = fleetctl(capsys, db_url, "pause", "s", "--note", "  disk full on the report host ")
+    assert code == 0
+    code, payload = fleetctl_json(capsys, db_url, "status")
+    assert payload[0]["pause_note"] == "disk full on the report host"
+    code, out, _ = fleetctl(capsys, db_url, "status")
+    header, line = out.splitlines()
+    assert header.split()[-1] == "NOTE" and line.endswith("disk full on the report host")
+    fleetctl(capsys, db_url, "pause", "s", "--note", "moved to Tuesday")  # paused already: the note changes
+    assert scalar(conn, "SELECT pause_note FROM fleet.schedules") == "moved to Tuesday"
+    fleetctl(capsys, db_url, "resume", "s")
+    assert scalar(conn, "SELECT pause_note FROM fleet.schedules") is None
+    too_long = refused(capsys, db_url, conn, "pause", "s", "--note", "x" * 501)
+    assert "--note: at most 500 characters" in too_long
+
+
 # -- backfill --------------------------------------------------------------------------------------
 
 

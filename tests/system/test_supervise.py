@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -329,7 +331,7 @@ def _pid_in(path: Path) -> int | None:
 
 def test_up_in_an_empty_directory_runs_the_examples_and_ctrl_c_stops_everything(short_dir: Path) -> None:
     started = time.monotonic()
-    up = Up(short_dir, base_env(), "--workers", "2")
+    up = Up(short_dir, base_env(), "--workers", "2", "--dashboard", "127.0.0.1:0")
     try:
         env_file = short_dir / ".fleet" / "fleet.env"
         wait_for(
@@ -368,6 +370,11 @@ def test_up_in_an_empty_directory_runs_the_examples_and_ctrl_c_stops_everything(
         wait_for(
             lambda: "schedule=demo-ping verdict=" in up.output(), timeout=15, what="the plain view lines"
         )
+        # the web dashboard runs beside the live view, at the address up printed
+        web = re.search(r"fleetctl up: dashboard: (http://\S+/)", up.output())
+        assert web, up.output()
+        with urllib.request.urlopen(web.group(1), timeout=10) as page:
+            assert 'data-name="demo-ping"' in page.read().decode()
 
         up.popen.send_signal(signal.SIGINT)
         sent = time.monotonic()

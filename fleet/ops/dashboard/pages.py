@@ -1,0 +1,184 @@
+"""What each dashboard page shows, read from the database through named statements, and the
+operator's actions, through fleetctl's own repairs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+import orjson
+import psycopg
+from psycopg.types.json import Jsonb
+
+from fleet import health
+from fleet.inspect import run_history
+from fleet.ops.cli import UsageError
+from fleet.ops.inspect import live_processes, schedule_health
+from fleet.ops.targets import iso, parse_instant, schedule_row
+from fleet.queries import q
+from fleet.registry import STALE_AFTER_S
+from fleet.repair import check_note, run_discard, run_retry, schedule_pause, schedule_resume
+from fleet.results import ScheduleHealth
+from fleet.telemetry import jaeger_search_url
+
+from .config import trace_link
+from .timeline import Timeline, layout, run_status
+
+OVERVIEW_PAGE: Final = 100  # schedules per overview page
+STRIP_SLOTS: Final = 24  # recent slots in each overview row
+TIMELINE_SLOTS: Final = 30  # slots per timeline page
+MAX_TIMELINE_SLOTS: Final = 200
+MAX_ATTEMPTS: Final = 2000  # attempts drawn on one timeline page
+DEAD_SHOWN: Final = 50
+MAX_PROCESS_RUNS: Final = 1000
+MAX_ARGS_BYTES: Final = 8192
+VERDICTS: Final = health.SEVERITY
+
+
+@dataclass
+class OverviewRow:
+    health: ScheduleHealth
+    strip: list[dict[str, Any]]  # newest last
+
+
+def overview(
+    conn: psycopg.Connection[Any], verdict: str | None, name: str | None, page: int
+) -> dict[str, Any]:
+    """Every schedule's health, filtered by verdict and by a part of its name, one page of them."""
+    every = schedule_health(conn)
+    counts = {v: 0 for v in VERDICTS}
+    for h in every:
+        counts[h.verdict] += 1
+    needle = (name or "").strip().lower()
+    chosen = [h for h in every if (verdict is None or h.verdict == verdict) and needle in h.name.lower()]
+    pages = max(1, -(-len(chosen) // OVERVIEW_PAGE))
+    page = min(max(1, page), pages)
+    shown = chosen[(page - 1) * OVERVIEW_PAGE : page * OVERVIEW_PAGE]
+    strips: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    if shown:
+        for r in conn.execute(q("run_recent_strip"), {"names": [h.name for h in shown], "per": STRIP_SLOTS}):
+            r["status"] = run_status(r)
+            strips[r["name"]].insert(0, r)
+    return {
+        "rows": [OverviewRow(h, strips[h.name]) for h in shown],
+        "total": len(every),
+        "matching": len(chosen),
+        "counts": counts,
+        "unhealthy": sum(1 for h in every if not h.healthy),
+        "page": page,
+        "pages": pages,
+    }
+
+
+def schedule_page(
+    conn: psycopg.Connection[Any], name: str, before: datetime | None, limit: int
+) -> dict[str, Any]:
+    """One schedule: its health, a page of its slots laid out as a timeline, its dead runs."""
+    row = schedule_row(conn, name)
+    (h,) = schedule_health(conn, [name])
+    limit = min(max(1, limit), MAX_TIMELINE_SLOTS)
+    runs = conn.execute(q("run_page"), {"name": name, "before": before, "limit": limit}).fetchall()
+    attempts: list[dict[str, Any]] = []
+    if runs:
+        first, last = runs[-1]["scheduled_for"], runs[0]["scheduled_for"]
+        attempts = conn.execute(
+            q("attempt_range"), {"name": name, "first": first, "last": last, "limit": MAX_ATTEMPTS}
+        ).fetchall()
+    workers = sorted({a["worker_id"] for a in attempts} | {r["locked_by"] for r in runs if r["locked_by"]})
+    seen = {p["id"]: p["seen_at"] for p in conn.execute(q("process_seen"), {"ids": workers})}
+    timeline: Timeline = layout(runs, attempts, seen, row["db_now"])
+    dead = conn.execute(
+        q("run_list"), {"name": name, "status": "dead", "outcome": None, "limit": DEAD_SHOWN}
+    ).fetchall()
+    for r in runs:
+        r["shown_status"] = run_status(r)
+    return {
+        "schedule": row,
+        "health": h,
+        "runs": runs,
+        "timeline": timeline,
+        "dead": dead,
+        "older": runs[-1]["scheduled_for"] if len(runs) == limit else None,
+        "limit": limit,
+        "args_json": orjson.dumps(row["args"]).decode(),
+    }
+
+
+def slot_page(
+    conn: psycopg.Connection[Any], name: str, slot: datetime, trace_url: str, jaeger: str
+) -> dict[str, Any]:
+    """One slot's whole story: every attempt in order, with the wait before it and its trace."""
+    h = {**run_history(conn, name, slot).to_json(), "jaeger_url": jaeger_search_url(jaeger, name, slot)}
+    previous_end: datetime | None = None
+    for a in h["attempt_history"]:
+        started = parse_instant(a["started_at"], "started_at") if a["started_at"] else None
+        ended = parse_instant(a["finished_at"], "finished_at") if a["finished_at"] else None
+        a["waited_s"] = (started - previous_end).total_seconds() if started and previous_end else None
+        a["duration_s"] = (ended - started).total_seconds() if started and ended else None
+        a["trace_link"] = trace_link(trace_url, a["trace_id"], a["span_id"])
+        previous_end = ended
+    h["args_json"] = orjson.dumps(h["args"]).decode()
+    return h
+
+
+def workers_page(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """Live tickers and workers by host, each with the runs it holds now."""
+    procs = live_processes(conn)
+    held: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    ids = [p["id"] for p in procs if p["kind"] == "worker"]
+    if ids:
+        for r in conn.execute(q("process_runs"), {"ids": ids, "limit": MAX_PROCESS_RUNS}):
+            held[r["locked_by"]].append(r)
+    hosts: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for p in procs:
+        p["holds"] = held.get(p["id"], [])
+        hosts[p["host"]].append(p)
+    return {"hosts": dict(sorted(hosts.items())), "count": len(procs), "stale_s": STALE_AFTER_S}
+
+
+# -- actions -------------------------------------------------------------------------------------
+
+
+def parse_args_json(text: str | None) -> Any:
+    """The Trigger form's args: empty for the schedule's own, else a JSON object."""
+    if text is None or not text.strip():
+        return None
+    if len(text.encode()) > MAX_ARGS_BYTES:
+        raise UsageError(f"args: at most {MAX_ARGS_BYTES} bytes of JSON")
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise UsageError(f"args: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise UsageError('args: must be a JSON object, such as {"format": "pdf"}')
+    return value
+
+
+def act(conn: psycopg.Connection[Any], name: str, action: str, form: dict[str, str]) -> str:
+    """Carry out one action on a schedule; returns what happened, in words. UsageError: bad input."""
+    if action in ("retry", "discard"):
+        slot = parse_instant(form.get("slot", ""), "slot")
+        changed = (run_retry if action == "retry" else run_discard)(conn, name, slot)
+        verb = "retried" if action == "retry" else "discarded"
+        return f"{verb} {iso(slot)}" if changed else f"{iso(slot)} was {verb} already"
+    if action == "trigger":
+        args = parse_args_json(form.get("args"))
+        schedule_row(conn, name)
+        params = {"name": name, "args": None if args is None else Jsonb(args), "now": None}
+        row = conn.execute(q("run_trigger_args"), params).fetchone()
+        assert row is not None
+        if row["created"]:
+            conn.execute(q("run_notify"))
+            return f"triggered {iso(row['slot'])}"
+        return f"{iso(row['slot'])} exists already: not triggered again"
+    if action == "pause":
+        note = check_note(form.get("note"), "note")
+        if schedule_pause(conn, name, note=note):
+            return "paused"
+        return "paused already; note updated" if note else "paused already"
+    if action == "resume":
+        nxt = schedule_resume(conn, name, note=check_note(form.get("note"), "note"))
+        return f"resumed: next slot {iso(nxt)}" if nxt else "not paused"
+    raise UsageError(f"action: unknown action {action!r}")
