@@ -195,7 +195,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 [
                     [
                         h.name,
-                        h.verdict,
+                        health.verdict_text(h.verdict, h.job, h.job_served),
                         f"{human(h.since_last_success_s)} ago"
                         if h.since_last_success_s is not None
                         else "never",

@@ -86,7 +86,7 @@ def test_apply_creates_updates_replans_and_prunes(db_url: str, conn: psycopg.Con
     assert first.returncode == 0, first.stderr
     assert "created: keep, other" in first.stdout
     again = fleetctl(db_url, "apply", str(f))
-    assert "unchanged: keep, other" in again.stdout
+    assert "created 0, updated 0, replanned 0, unchanged 2, disabled 0" in again.stdout
     f.write_text(GOOD.replace('job = "noop"', 'job = "noop2"'))
     third = fleetctl(db_url, "apply", str(f), "--prune")
     assert "updated: keep" in third.stdout and "disabled: other" in third.stdout
