@@ -84,13 +84,17 @@ def import_apps(modules: Sequence[str]) -> None:
 def _one_line(e: BaseException) -> str:
     """An exception raised by importing a module, in one line, with where it was raised."""
     text = (str(e).strip().splitlines() or [""])[0]
-    if isinstance(e, ImportError) or e.__traceback__ is None:
-        return text
+    if isinstance(e, ImportError | SyntaxError):  # their text says which module or line
+        return text if isinstance(e, ImportError) else f"{type(e).__name__}: {text}"
+    where = ""
+    fleet_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     tb = e.__traceback__
-    while tb.tb_next is not None:
+    while tb is not None:  # the innermost frame of the app's code, not of the import machinery or fleet
+        path = tb.tb_frame.f_code.co_filename
+        if not path.startswith("<") and not os.path.abspath(path).startswith(fleet_dir + os.sep):
+            where = f" ({os.path.relpath(path)}:{tb.tb_lineno})"
         tb = tb.tb_next
-    where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
-    return f"{type(e).__name__}: {text} ({where})" if text else f"{type(e).__name__} ({where})"
+    return f"{type(e).__name__}: {text}{where}" if text else f"{type(e).__name__}{where}"
 
 
 # Each of these modules adds its subcommands: `add_commands(subparsers) -> dict[name, handler]`.
