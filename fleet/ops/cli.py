@@ -55,8 +55,16 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if not args.files and not args.app:
         raise UsageError("give a schedules FILE or --app MODULE (or both)")
     import_apps(args.app or [])
+    in_code = declared() if args.app else []
+    if args.app and not in_code:
+        # Most likely a module that declares them was not imported; with --prune, applying nothing
+        # from code would disable them all.
+        raise UsageError(
+            "--app: the modules declared no schedule "
+            "(fleet.Schedule, fleet.Cron, fleet.Every or @fleet.job(..., schedule=...))"
+        )
     files = [Path(f) for f in args.files]
-    specs = gather(files, declared() if args.app else [])
+    specs = gather(files, in_code)
     with db(args) as conn:
         require_schema(conn)
         r = apply_specs(conn, specs, prune=args.prune, plan=args.plan)

@@ -189,9 +189,11 @@ def test_a_module_that_fails_to_import_is_one_line_and_exit_2(
     assert snapshot(conn) == before
 
 
-def test_no_source_is_a_usage_error(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
+def test_no_source_is_a_usage_error(capsys: pytest.CaptureFixture[str], db_url: str, app: App) -> None:
     code, _, err = fleetctl(capsys, db_url, "apply")
     assert code == 2 and err == "fleetctl apply: give a schedules FILE or --app MODULE (or both)\n"
+    code, _, err = fleetctl(capsys, db_url, "apply", "--app", app("import fleet\n"), "--prune")
+    assert code == 2 and err.startswith("fleetctl apply: --app: the modules declared no schedule (")
 
 
 def test_plan_prints_field_by_field_and_writes_nothing(
