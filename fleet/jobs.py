@@ -29,7 +29,13 @@ def job(name: str, *, schedule: Schedule | Sequence[Schedule] = ()) -> Callable[
     job runs; such a schedule is named after the job unless it has a name of its own. Workers
     ignore it: `fleetctl apply --app MODULE` writes it to the database.
     """
-    for s in [schedule] if isinstance(schedule, Schedule) else schedule:
+    schedules = [schedule] if isinstance(schedule, Schedule) else list(schedule)
+    for s in schedules:
+        if not isinstance(s, Schedule):
+            raise TypeError(
+                f"@fleet.job({name!r}): schedule must be a fleet.Cron, fleet.Every or fleet.Schedule "
+                f"(or a list of them), not {type(s).__name__}"
+            )
         s.for_job(name)
 
     def register(fn: Handler) -> Handler:

@@ -219,3 +219,8 @@ def test_apply_prints_counts_and_names_up_to_a_screenful(capsys: pytest.CaptureF
         "applied 20,001 schedule(s) from big.toml"
     )
     assert len(lines) == 3
+
+
+def test_a_schedule_that_is_not_a_schedule_is_refused_when_declared() -> None:
+    with pytest.raises(TypeError, match=r"@fleet.job\('x'\): schedule must be a fleet.Cron, .* not str"):
+        fleet.job("x", schedule="0 2 * * *")  # type: ignore[arg-type]
