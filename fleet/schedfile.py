@@ -6,6 +6,7 @@ means, defaults and fails the same way wherever it is written.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -143,7 +144,13 @@ def _duration(value: Any, fieldname: str) -> timedelta:
     """A duration as the file writes it, or a `timedelta` (from code); TimingError names the field."""
     if isinstance(value, timedelta):
         return value
+    if isinstance(value, str):
+        return _text_duration(value, fieldname)
     return parse_duration(value, fieldname)
+
+
+# A large file repeats a few durations ("5m", "1h") thousands of times; parsing one is not cheap.
+_text_duration = functools.lru_cache(maxsize=1024)(parse_duration)
 
 
 def parse_entry(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None, list[str]]:
