@@ -107,7 +107,7 @@ def load(text: str) -> list[ScheduleSpec]:
     if not isinstance(raw, list):
         raise ScheduleFileError(problems + ["file: 'schedule' must be an array of tables ([[schedule]])"])
     specs: list[ScheduleSpec] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     for i, entry in enumerate(raw, start=1):
         where = f"schedule #{i}"
         if not isinstance(entry, dict):
@@ -120,8 +120,8 @@ def load(text: str) -> list[ScheduleSpec]:
         problems.extend(errs)
         if isinstance(name, str) and name:
             if name in seen:
-                problems.append(f"{where}: name: duplicate schedule name")
-            seen.add(name)
+                problems.append(f"{where}: name: declared twice, at [[schedule]] #{seen[name]} and #{i}")
+            seen.setdefault(name, i)
         if spec is not None:
             specs.append(spec)
     if problems:

@@ -45,7 +45,7 @@ BAD_CASES = {
     "max_attempts below 1": ('[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\nretry = { max_attempts = 0 }\n',
                              ["'x'", "retry.max_attempts"]),
     "duplicate names": ('[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\n'
-                        '[[schedule]]\nname = "x"\nevery = "2m"\njob = "noop"\n', ["'x'", "duplicate"]),
+                        '[[schedule]]\nname = "x"\nevery = "2m"\njob = "noop"\n', ["'x'", "declared twice"]),
     "unparsable TOML": ('[[schedule]\nname = "x"', ["not valid TOML"]),
     "unknown field": ('[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\nretires = 3\n', ["'x'", "retires"]),
 }
