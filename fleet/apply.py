@@ -8,6 +8,7 @@ Applies serialise among themselves on an advisory lock that tickers and workers 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ import orjson
 import psycopg
 from psycopg.types.json import Jsonb
 
+from fleet.errors import ScheduleFileError
 from fleet.queries import q
 from fleet.schedfile import ScheduleSpec
 from fleet.schedule import describe, first_slot_at_or_after
@@ -176,8 +178,12 @@ def apply_specs(
     A new schedule's first slot is the first at or after `start_at` (or the database's now()); a
     `start_at` in the past is downtime the catch-up policy handles. A changed timing, or a schedule
     enabled again, re-plans from now(); slots already created stay. A schedule whose definition is
-    unchanged is neither written nor locked.
+    unchanged is neither written nor locked. Two specs of one name raise ScheduleFileError.
     """
+    names = [s.name for s in specs]
+    twice = sorted(n for n, count in Counter(names).items() if count > 1)
+    if twice:
+        raise ScheduleFileError([f"schedule {n!r}: name: declared twice" for n in twice])
     result = ApplyResult(planned=plan)
     with conn.transaction():
         if not plan:
@@ -208,7 +214,7 @@ def apply_specs(
             (result.replanned if replan else result.updated).append(spec.name)
             result.changes.append(Change(spec.name, "replan" if replan else "update", tuple(changes)))
         if prune:
-            wanted = {s.name for s in specs}
+            wanted = set(names)
             result.disabled = [n for n, r in existing.items() if r["enabled"] and n not in wanted]
             result.changes.extend(Change(n, "disable") for n in result.disabled)
         if plan or not (inserts or updates or result.disabled):

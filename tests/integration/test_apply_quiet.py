@@ -14,6 +14,7 @@ import pytest
 
 from fleet.apply import ApplyResult, apply_specs
 from fleet.db import connect
+from fleet.errors import ScheduleFileError
 from fleet.schedfile import load
 from tests.integration.ops_support import fleetctl
 from tests.support import Proc, apply_text, env_for, processes, scalar, ticker_cmd, wait_for
@@ -150,3 +151,11 @@ def test_concurrent_applies_serialise(db_url: str, conn: psycopg.Connection[Any]
     assert sorted(len(r.created) for r in results) == [0, 0, 0, 300]
     assert sorted(len(r.unchanged) for r in results) == [0, 300, 300, 300]
     assert scalar(conn, "SELECT count(*) FROM fleet.schedules") == 300
+
+
+def test_apply_specs_refuses_a_name_given_twice(conn: psycopg.Connection[Any]) -> None:
+    specs = load(large_file(2)) + load(large_file(1))
+    with pytest.raises(ScheduleFileError) as e:
+        apply_specs(conn, specs, prune=False)
+    assert e.value.problems == ["schedule 'bulk-00000': name: declared twice"]
+    assert scalar(conn, "SELECT count(*) FROM fleet.schedules") == 0
