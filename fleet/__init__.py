@@ -2,6 +2,7 @@
 
 from typing import TYPE_CHECKING, Any
 
+from fleet.declare import Cron, Every, Retry, Schedule
 from fleet.errors import (
     Cancelled,
     DatabaseError,
@@ -35,16 +36,20 @@ __all__ = [
     "Attempt",
     "Cancelled",
     "Client",
+    "Cron",
     "DatabaseError",
     "DatabaseUnavailable",
+    "Every",
     "FleetError",
     "JobContext",
     "Permanent",
     "RequestError",
+    "Retry",
     "Run",
     "RunHistory",
     "RunStateError",
     "RunStatus",
+    "Schedule",
     "ScheduleHealth",
     "SchemaMissing",
     "Triggered",

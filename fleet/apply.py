@@ -1,18 +1,49 @@
-"""Applying schedules: make the database's schedules match a list of specs, all or nothing."""
+"""Applying schedules: make the database's schedules match a list of specs, all or nothing.
+
+Only what changed is written. The stored definitions are read without row locks and compared
+field by field; a schedule that is the same is not touched, so re-applying an unchanged file of
+any size costs the tickers nothing (they never wait for, nor skip, a row an apply merely read).
+Applies serialise among themselves on an advisory lock that tickers and workers never take.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
 import orjson
 import psycopg
 from psycopg.types.json import Jsonb
 
+from fleet.errors import ScheduleFileError
 from fleet.queries import q
 from fleet.schedfile import ScheduleSpec
-from fleet.schedule import first_slot_at_or_after
+from fleet.schedule import describe, first_slot_at_or_after
+
+Outcome = Literal["create", "update", "replan", "disable"]
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One field of a schedule that differs: its name in the schedules file, old and new values as
+    text (`-` for a field left to its default)."""
+
+    field: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Change:
+    """What apply does (or, planning, would do) to one schedule."""
+
+    name: str
+    outcome: Outcome
+    fields: tuple[FieldChange, ...] = ()
+    summary: str = ""  # a created schedule: its timing and job
 
 
 @dataclass
@@ -22,6 +53,9 @@ class ApplyResult:
     replanned: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     disabled: list[str] = field(default_factory=list)
+    # Every schedule created, changed or disabled, in the order of the specs (then the disabled).
+    changes: list[Change] = field(default_factory=list)
+    planned: bool = False  # a plan: nothing was written
 
 
 def _params(spec: ScheduleSpec, next_run_at: datetime | None) -> dict[str, Any]:
@@ -49,42 +83,148 @@ def _params(spec: ScheduleSpec, next_run_at: datetime | None) -> dict[str, Any]:
     }
 
 
+def _duration_text(d: timedelta) -> str:
+    micros = d // timedelta(microseconds=1)
+    parts: list[str] = []
+    for unit, size in (
+        ("d", 86_400_000_000),
+        ("h", 3_600_000_000),
+        ("m", 60_000_000),
+        ("s", 1_000_000),
+        ("ms", 1_000),
+        ("us", 1),
+    ):
+        count, micros = divmod(micros, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, timedelta):
+        return _duration_text(value)
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, dict):
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON equality: numbers by value, but true is not 1 (as Python's == would have it)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and bool(a == b)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    return bool(a == b)
+
+
+# The definition's fields: the name the schedules file gives each, its column, how the spec holds
+# it, and how two values compare (instants by instant, intervals by length, args as JSON).
+_FIELDS: tuple[tuple[str, str, Callable[[ScheduleSpec], Any], Callable[[Any, Any], bool]], ...] = (
+    ("every", "every", lambda s: s.timing.every, _equal),
+    ("cron", "cron", lambda s: s.timing.cron, _equal),
+    ("timezone", "timezone", lambda s: s.timing.timezone, _equal),
+    ("start_at", "start_at", lambda s: s.start_at, _equal),
+    ("dst_repeated", "dst_repeated", lambda s: s.timing.dst_repeated, _equal),
+    ("dst_missing", "dst_missing", lambda s: s.timing.dst_missing, _equal),
+    ("job", "job", lambda s: s.job, _equal),
+    ("args", "args", lambda s: s.args, _same_json),
+    ("catchup", "catchup", lambda s: s.catchup, _equal),
+    ("max_lateness", "max_lateness", lambda s: s.max_lateness, _equal),
+    ("grace", "grace", lambda s: s.grace, _equal),
+    ("overlap", "overlap", lambda s: s.overlap, _equal),
+    ("timeout", "timeout", lambda s: s.timeout, _equal),
+    ("retry.max_attempts", "max_attempts", lambda s: s.max_attempts, _equal),
+    ("retry.base", "retry_base", lambda s: s.retry_base, _equal),
+    ("retry.cap", "retry_cap", lambda s: s.retry_cap, _equal),
+)
+
+
+def diff(old: dict[str, Any], spec: ScheduleSpec) -> list[FieldChange]:
+    """The fields in which the stored schedule `old` (a `schedule_definitions` row) and `spec`
+    differ; `enabled` too, when a disabled schedule comes back."""
+    changes = [
+        FieldChange(name, _text(old[column]), _text(get(spec)))
+        for name, column, get, same in _FIELDS
+        if not same(old[column], get(spec))
+    ]
+    if not old["enabled"]:
+        changes.append(FieldChange("enabled", "false", "true"))
+    return changes
+
+
 def apply_specs(
-    conn: psycopg.Connection[Any], specs: list[ScheduleSpec], *, prune: bool, now: datetime | None = None
+    conn: psycopg.Connection[Any],
+    specs: Sequence[ScheduleSpec],
+    *,
+    prune: bool,
+    now: datetime | None = None,
+    plan: bool = False,
 ) -> ApplyResult:
-    """Create and update fleet.schedules in one transaction (and disable the others with `prune`).
+    """Create and update fleet.schedules in one transaction (and disable the others with `prune`);
+    with `plan`, only say what would be done and write nothing.
 
     A new schedule's first slot is the first at or after `start_at` (or the database's now()); a
     `start_at` in the past is downtime the catch-up policy handles. A changed timing, or a schedule
-    enabled again, re-plans from now(); slots already created stay.
+    enabled again, re-plans from now(); slots already created stay. A schedule whose definition is
+    unchanged is neither written nor locked. Two specs of one name raise ScheduleFileError.
     """
-    result = ApplyResult()
+    names = [s.name for s in specs]
+    twice = sorted(n for n, count in Counter(names).items() if count > 1)
+    if twice:
+        raise ScheduleFileError([f"schedule {n!r}: name: declared twice" for n in twice])
+    result = ApplyResult(planned=plan)
     with conn.transaction():
-        conn.execute(q("schedule_lock_apply"))
+        if not plan:
+            conn.execute(q("schedule_lock_apply"))
         row = conn.execute(q("schedule_db_now"), {"now": now}).fetchone()
         assert row is not None
         db_now: datetime = row["now"]
-        existing = {r["name"]: r for r in conn.execute(q("schedule_existing")).fetchall()}
+        existing = {r["name"]: r for r in conn.execute(q("schedule_definitions")).fetchall()}
+        inserts: list[dict[str, Any]] = []
+        updates: list[dict[str, Any]] = []
         for spec in specs:
             old = existing.get(spec.name)
             if old is None:
                 start = spec.start_at if spec.start_at is not None else db_now
-                conn.execute(q("schedule_insert"), _params(spec, first_slot_at_or_after(spec.timing, start)))
+                inserts.append(_params(spec, first_slot_at_or_after(spec.timing, start)))
                 result.created.append(spec.name)
+                result.changes.append(
+                    Change(spec.name, "create", summary=f"{describe(spec.timing)}, job {spec.job}")
+                )
                 continue
+            changes = diff(old, spec)
             replan = old["timing_hash"] != spec.timing_hash() or not old["enabled"]
-            nxt = first_slot_at_or_after(spec.timing, db_now + timedelta(microseconds=1)) if replan else None
-            changed = conn.execute(q("schedule_update"), _params(spec, nxt)).rowcount
-            if replan:
-                result.replanned.append(spec.name)
-            elif changed:
-                result.updated.append(spec.name)
-            else:
+            if not changes and not replan:
                 result.unchanged.append(spec.name)
+                continue
+            nxt = first_slot_at_or_after(spec.timing, db_now + timedelta(microseconds=1)) if replan else None
+            updates.append(_params(spec, nxt))
+            (result.replanned if replan else result.updated).append(spec.name)
+            result.changes.append(Change(spec.name, "replan" if replan else "update", tuple(changes)))
         if prune:
-            names = [s.name for s in specs]
-            result.disabled = [
-                r["name"] for r in conn.execute(q("schedule_disable_missing"), {"names": names})
-            ]
+            wanted = set(names)
+            result.disabled = [n for n, r in existing.items() if r["enabled"] and n not in wanted]
+            result.changes.extend(Change(n, "disable") for n in result.disabled)
+        if plan or not (inserts or updates or result.disabled):
+            return result
+        with conn.cursor() as cur:
+            if inserts:
+                cur.executemany(q("schedule_insert"), inserts)
+            if updates:
+                cur.executemany(q("schedule_update"), updates)
+            if result.disabled:
+                cur.execute(q("schedule_disable"), {"names": result.disabled})
         conn.execute(q("schedule_notify"))  # running tickers pick the change up at once
     return result

@@ -82,6 +82,12 @@ def verdict(h: Health) -> Verdict:
     return found[0] if found else "OK"
 
 
+def verdict_text(v: Verdict, job: str, job_served: bool) -> str:
+    """The verdict as `fleetctl status` prints it: NO-WORKER names the job no live worker serves
+    (`NO-WORKER (job reports.nightly)`), when that is the schedule's own job."""
+    return f"{v} (job {job})" if v == "NO-WORKER" and not job_served else v
+
+
 def is_healthy(v: Verdict) -> bool:
     """True for OK, PAUSED and DISABLED: nothing for an operator to do."""
     return v not in UNHEALTHY

@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from fleet.declare import Schedule
 from fleet.errors import Cancelled
 
 Handler = Callable[["JobContext"], Any]
@@ -21,8 +22,21 @@ Handler = Callable[["JobContext"], Any]
 _REGISTRY: dict[str, Handler] = {}
 
 
-def job(name: str) -> Callable[[Handler], Handler]:
-    """Register the decorated function as the handler of job `name`."""
+def job(name: str, *, schedule: Schedule | Sequence[Schedule] = ()) -> Callable[[Handler], Handler]:
+    """Register the decorated function as the handler of job `name`.
+
+    `schedule` (a `fleet.Cron`, `fleet.Every` or `fleet.Schedule`, or several) declares when the
+    job runs; such a schedule is named after the job unless it has a name of its own. Workers
+    ignore it: `fleetctl apply --app MODULE` writes it to the database.
+    """
+    schedules = [schedule] if isinstance(schedule, Schedule) else list(schedule)
+    for s in schedules:
+        if not isinstance(s, Schedule):
+            raise TypeError(
+                f"@fleet.job({name!r}): schedule must be a fleet.Cron, fleet.Every or fleet.Schedule "
+                f"(or a list of them), not {type(s).__name__}"
+            )
+        s.for_job(name)
 
     def register(fn: Handler) -> Handler:
         if name in _REGISTRY and _REGISTRY[name] is not fn:

@@ -28,3 +28,10 @@ def process_touch(conn: psycopg.Connection[Any], pid_id: str, running: int = 0) 
 
 def process_remove(conn: psycopg.Connection[Any], pid_id: str) -> None:
     conn.execute(q("process_remove"), {"id": pid_id})
+
+
+def process_live_jobs(conn: psycopg.Connection[Any], stale_s: float = STALE_AFTER_S) -> tuple[int, set[str]]:
+    """How many workers are live, and the jobs registered on at least one of them."""
+    row = conn.execute(q("process_live_jobs"), {"stale_s": stale_s}).fetchone()
+    assert row is not None
+    return int(row["workers"]), set(row["jobs"])

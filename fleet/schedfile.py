@@ -1,7 +1,12 @@
-"""The schedules file (TOML): parsed and validated as a whole, every problem reported at once."""
+"""The schedules file (TOML): parsed and validated as a whole, every problem reported at once.
+
+Schedules declared in code (`fleet.Schedule`) are validated by the same `parse_entry`, so a field
+means, defaults and fails the same way wherever it is written.
+"""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -102,7 +107,7 @@ def load(text: str) -> list[ScheduleSpec]:
     if not isinstance(raw, list):
         raise ScheduleFileError(problems + ["file: 'schedule' must be an array of tables ([[schedule]])"])
     specs: list[ScheduleSpec] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     for i, entry in enumerate(raw, start=1):
         where = f"schedule #{i}"
         if not isinstance(entry, dict):
@@ -111,12 +116,12 @@ def load(text: str) -> list[ScheduleSpec]:
         name = entry.get("name")
         if isinstance(name, str) and name:
             where = f"schedule {name!r}"
-        spec, errs = _one(entry, where)
+        spec, errs = parse_entry(entry, where)
         problems.extend(errs)
         if isinstance(name, str) and name:
             if name in seen:
-                problems.append(f"{where}: name: duplicate schedule name")
-            seen.add(name)
+                problems.append(f"{where}: name: declared twice, at [[schedule]] #{seen[name]} and #{i}")
+            seen.setdefault(name, i)
         if spec is not None:
             specs.append(spec)
     if problems:
@@ -135,7 +140,22 @@ def _non_finite(value: Any, path: str) -> list[tuple[str, float]]:
     return []
 
 
-def _one(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None, list[str]]:
+def _duration(value: Any, fieldname: str) -> timedelta:
+    """A duration as the file writes it, or a `timedelta` (from code); TimingError names the field."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, str):
+        return _text_duration(value, fieldname)
+    return parse_duration(value, fieldname)
+
+
+# A large file repeats a few durations ("5m", "1h") thousands of times; parsing one is not cheap.
+_text_duration = functools.lru_cache(maxsize=1024)(parse_duration)
+
+
+def parse_entry(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None, list[str]]:
+    """One schedule's fields (as a `[[schedule]]` table holds them) validated into a spec, or the
+    problems found, each a line `"{where}: {field}: {message}"`."""
     errs: list[str] = []
 
     def bad(fieldname: str, msg: str) -> None:
@@ -165,7 +185,7 @@ def _one(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None, list[s
         if key not in entry:
             return None
         try:
-            d = parse_duration(entry[key], key)
+            d = _duration(entry[key], key)
         except TimingError as e:
             errs.append(f"{where}: {e}")
             return None
@@ -207,7 +227,7 @@ def _one(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None, list[s
     cron = entry.get("cron")
     if "every" in entry:
         try:
-            every = parse_duration(entry["every"], "every")
+            every = _duration(entry["every"], "every")
             if every <= timedelta(0):
                 bad("every", "must be positive")
         except TimingError as e:
@@ -246,7 +266,7 @@ def _one(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None, list[s
         for key in ("base", "cap"):
             if key in retry:
                 try:
-                    d = parse_duration(retry[key], f"retry.{key}")
+                    d = _duration(retry[key], f"retry.{key}")
                     if d <= timedelta(0):
                         bad(f"retry.{key}", "must be positive")
                     elif key == "base":

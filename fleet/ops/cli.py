@@ -26,7 +26,6 @@ from fleet.errors import (
     SchemaMissing,
 )
 from fleet.migrate import ROLES, current_version, latest_version, migrate
-from fleet.schedfile import load
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -70,27 +69,60 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_apply(args: argparse.Namespace) -> int:
     from fleet.apply import apply_specs
+    from fleet.declare import declared, gather
+    from fleet.ops.apply_report import print_plan, print_result, warn_unserved
 
-    path = Path(args.file)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ScheduleFileError([f"file: cannot read {path}: {e.strerror}"]) from None
-    specs = load(text)
+    if not args.files and not args.app:
+        raise UsageError("give a schedules FILE or --app MODULE (or both)")
+    import_apps(args.app or [])
+    in_code = declared() if args.app else []
+    if args.app and not in_code:
+        # Most likely a module that declares them was not imported; with --prune, applying nothing
+        # from code would disable them all.
+        raise UsageError(
+            "--app: the modules declared no schedule "
+            "(fleet.Schedule, fleet.Cron, fleet.Every or @fleet.job(..., schedule=...))"
+        )
+    files = [Path(f) for f in args.files]
+    specs = gather(files, in_code)
     with db(args) as conn:
         require_schema(conn)
-        r = apply_specs(conn, specs, prune=args.prune)
-    for label, names in (
-        ("created", r.created),
-        ("updated", r.updated),
-        ("replanned", r.replanned),
-        ("disabled", r.disabled),
-        ("unchanged", r.unchanged),
-    ):
-        if names:
-            print(f"{label}: {', '.join(names)}")
-    print(f"applied {len(specs)} schedule(s) from {path}")
+        r = apply_specs(conn, specs, prune=args.prune, plan=args.plan)
+        sources = [str(f) for f in files] + [f"--app {m}" for m in args.app or []]
+        (print_plan if args.plan else print_result)(r, len(specs), " and ".join(sources))
+        warn_unserved(conn, specs)
     return 0
+
+
+def import_apps(modules: Sequence[str]) -> None:
+    """Import the app modules (from the current directory too, as a worker does); UsageError in one
+    line for one that fails."""
+    here = os.getcwd()
+    sys.path.insert(0, here)
+    try:
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except Exception as e:
+                raise UsageError(f"--app: cannot import {module!r}: {_one_line(e)}") from None
+    finally:
+        sys.path.remove(here)
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception raised by importing a module, in one line, with where it was raised."""
+    text = (str(e).strip().splitlines() or [""])[0]
+    if isinstance(e, ImportError | SyntaxError):  # their text says which module or line
+        return text if isinstance(e, ImportError) else f"{type(e).__name__}: {text}"
+    where = ""
+    fleet_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tb = e.__traceback__
+    while tb is not None:  # the innermost frame of the app's code, not of the import machinery or fleet
+        path = tb.tb_frame.f_code.co_filename
+        if not path.startswith("<") and not os.path.abspath(path).startswith(fleet_dir + os.sep):
+            where = f" ({os.path.relpath(path)}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    return f"{type(e).__name__}: {text}{where}" if text else f"{type(e).__name__}{where}"
 
 
 # Each of these modules adds its subcommands: `add_commands(subparsers) -> dict[name, handler]`.
@@ -128,9 +160,24 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         help="also create the NOLOGIN roles fleet_ticker, fleet_worker, fleet_operator and fleet_reader "
         "and grant each the least it needs (safe to repeat)",
     )
-    ap = sub.add_parser("apply", help="make the database's schedules match a TOML file (all or nothing)")
-    ap.add_argument("file", help="the schedules file")
-    ap.add_argument("--prune", action="store_true", help="disable schedules that are not in the file")
+    ap = sub.add_parser(
+        "apply",
+        help="make the database's schedules match those declared in code and files (all or nothing)",
+        description="Make the database's schedules match the schedules declared by the --app modules "
+        "and the files, all or nothing; only schedules whose definition changed are written.",
+    )
+    ap.add_argument("files", nargs="*", metavar="FILE", help="a schedules file (TOML)")
+    ap.add_argument(
+        "--app",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE and apply the schedules it declares (fleet.Schedule, @fleet.job(schedule=...)); "
+        "repeatable",
+    )
+    ap.add_argument("--prune", action="store_true", help="disable schedules declared nowhere given")
+    ap.add_argument(
+        "--plan", action="store_true", help="print what would change, field by field; write nothing"
+    )
     commands: dict[str, Command] = {"migrate": cmd_migrate, "apply": cmd_apply}
     for name in COMMAND_MODULES:
         try:

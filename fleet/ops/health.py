@@ -10,6 +10,7 @@ from fleet.health import (
     is_healthy,
     problems,
     verdict,
+    verdict_text,
 )
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "is_healthy",
     "problems",
     "verdict",
+    "verdict_text",
 ]

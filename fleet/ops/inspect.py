@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from fleet import inspect
+from fleet import health, inspect
 from fleet.client import Client
 from fleet.ops.cli import UsageError, client, db
 from fleet.ops.targets import iso, parse_instant, require_schedules
@@ -104,7 +104,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 [
                     [
                         h.name,
-                        h.verdict,
+                        health.verdict_text(h.verdict, h.job, h.job_served),
                         f"{human(h.since_last_success_s)} ago"
                         if h.since_last_success_s is not None
                         else "never",

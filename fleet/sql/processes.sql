@@ -12,3 +12,13 @@ UPDATE fleet.processes SET seen_at = now(), running = %(running)s WHERE id = %(i
 
 -- name: process_remove
 DELETE FROM fleet.processes WHERE id = %(id)s
+
+-- name: process_live_jobs
+-- The live workers (seen within stale_s seconds) and every job at least one of them registered.
+WITH live AS (
+    SELECT p.jobs FROM fleet.processes p
+    WHERE p.kind = 'worker' AND p.seen_at > now() - make_interval(secs => %(stale_s)s)
+)
+SELECT (SELECT count(*) FROM live) AS workers,
+       coalesce((SELECT array_agg(DISTINCT j.job) FROM live CROSS JOIN LATERAL unnest(live.jobs) AS j(job)),
+                '{}'::text[]) AS jobs

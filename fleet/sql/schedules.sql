@@ -1,13 +1,19 @@
 -- Statements on `schedules`: applying the file, finding due schedules, advancing them.
 
 -- name: schedule_lock_apply
+-- Serialises applies among themselves; tickers and workers never take it.
 SELECT pg_advisory_xact_lock(7306030331985225057)
 
 -- name: schedule_db_now
 SELECT coalesce(%(now)s::timestamptz, now()) AS now
 
--- name: schedule_existing
-SELECT name, timing_hash, enabled, next_run_at FROM fleet.schedules ORDER BY name FOR UPDATE
+-- name: schedule_definitions
+-- Read without row locks: apply compares, then writes (and so locks) only the rows that changed.
+-- The definition columns are written by apply alone, and applies hold schedule_lock_apply.
+SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_lateness,
+       grace, overlap, timeout, max_attempts, retry_base, retry_cap, enabled, timing_hash
+FROM fleet.schedules
+ORDER BY name
 
 -- name: schedule_insert
 INSERT INTO fleet.schedules (name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
@@ -18,6 +24,7 @@ VALUES (%(name)s, %(every)s, %(cron)s, %(timezone)s, %(start_at)s, %(dst_repeate
         %(retry_base)s, %(retry_cap)s, %(next_run_at)s, %(timing_hash)s)
 
 -- name: schedule_update
+-- A schedule whose definition changed; a null next_run_at keeps the planned slot.
 UPDATE fleet.schedules
 SET every = %(every)s, cron = %(cron)s, timezone = %(timezone)s, start_at = %(start_at)s,
     dst_repeated = %(dst_repeated)s, dst_missing = %(dst_missing)s, job = %(job)s, args = %(args)s,
@@ -26,19 +33,10 @@ SET every = %(every)s, cron = %(cron)s, timezone = %(timezone)s, start_at = %(st
     retry_cap = %(retry_cap)s, enabled = true,
     next_run_at = coalesce(%(next_run_at)s, next_run_at), timing_hash = %(timing_hash)s, updated_at = now()
 WHERE name = %(name)s
-  AND (every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_lateness, grace,
-       overlap, timeout, max_attempts, retry_base, retry_cap, enabled, timing_hash)
-      IS DISTINCT FROM
-      (%(every)s::interval, %(cron)s::text, %(timezone)s::text, %(start_at)s::timestamptz,
-       %(dst_repeated)s::text, %(dst_missing)s::text, %(job)s::text, %(args)s::jsonb, %(catchup)s::text,
-       %(max_lateness)s::interval, %(grace)s::interval, %(overlap)s::text, %(timeout)s::interval,
-       %(max_attempts)s::integer, %(retry_base)s::interval, %(retry_cap)s::interval, true,
-       %(timing_hash)s::text)
 
--- name: schedule_disable_missing
+-- name: schedule_disable
 UPDATE fleet.schedules SET enabled = false, updated_at = now()
-WHERE enabled AND NOT (name = ANY(%(names)s::text[]))
-RETURNING name
+WHERE name = ANY(%(names)s::text[]) AND enabled
 
 -- name: schedule_notify
 SELECT pg_notify('fleet_schedules', '')

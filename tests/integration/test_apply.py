@@ -49,7 +49,7 @@ BAD_CASES = {
     "max_attempts below 1": ('[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\nretry = { max_attempts = 0 }\n',
                              ["'x'", "retry.max_attempts"]),
     "duplicate names": ('[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\n'
-                        '[[schedule]]\nname = "x"\nevery = "2m"\njob = "noop"\n', ["'x'", "duplicate"]),
+                        '[[schedule]]\nname = "x"\nevery = "2m"\njob = "noop"\n', ["'x'", "declared twice"]),
     "unparsable TOML": ('[[schedule]\nname = "x"', ["not valid TOML"]),
     "unknown field": ('[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\nretires = 3\n', ["'x'", "retires"]),
 }
@@ -90,7 +90,7 @@ def test_apply_creates_updates_replans_and_prunes(db_url: str, conn: psycopg.Con
     assert first.returncode == 0, first.stderr
     assert "created: keep, other" in first.stdout
     again = fleetctl(db_url, "apply", str(f))
-    assert "unchanged: keep, other" in again.stdout
+    assert "created 0, updated 0, replanned 0, unchanged 2, disabled 0" in again.stdout
     f.write_text(GOOD.replace('job = "noop"', 'job = "noop2"'))
     third = fleetctl(db_url, "apply", str(f), "--prune")
     assert "updated: keep" in third.stdout and "disabled: other" in third.stdout

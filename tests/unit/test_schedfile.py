@@ -76,5 +76,5 @@ def test_a_repeated_name_is_reported_even_when_the_repeat_has_other_problems() -
     with pytest.raises(ScheduleFileError) as e:
         load('[[schedule]]\nname = "d"\nevery = "1m"\njob = "j"\n'
              '[[schedule]]\nname = "d"\ncron = "61 * * * *"\njob = "j"\n')
-    assert "schedule 'd': name: duplicate schedule name" in e.value.problems
+    assert "schedule 'd': name: declared twice, at [[schedule]] #1 and #2" in e.value.problems
     assert any(": cron:" in p for p in e.value.problems), e.value.problems
