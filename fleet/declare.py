@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict, Unpack
 
 from fleet.errors import ScheduleFileError
-from fleet.schedfile import CatchUp, Overlap, ScheduleSpec, load, parse_entry
+from fleet.schedfile import MAX_ARGS_BYTES, CatchUp, Overlap, ScheduleSpec, load, parse_entry, shown
 
 Duration = str | int | float | timedelta
 
@@ -88,11 +88,11 @@ class Schedule:
             self._conflicts.append(f"job: names {named!r} but is the schedule of @fleet.job({job!r})")
         self.fields.setdefault("name", job)
 
-    def check(self) -> tuple[ScheduleSpec | None, list[str]]:
+    def check(self, max_args_bytes: int = MAX_ARGS_BYTES) -> tuple[ScheduleSpec | None, list[str]]:
         """The validated spec, or the problems: lines that start with where it was declared."""
         name = self.fields.get("name")
-        where = f"schedule {name!r}" if isinstance(name, str) and name else "schedule"
-        spec, problems = parse_entry(dict(self.fields), where)
+        where = f"schedule {shown(name)}" if isinstance(name, str) and name else "schedule"
+        spec, problems = parse_entry(dict(self.fields), where, max_args_bytes)
         problems = [f"{where}: {c}" for c in self._conflicts] + problems
         return (None if problems else spec), [f"{self.place}: {p}" for p in problems]
 
@@ -128,7 +128,9 @@ def declared() -> list[Schedule]:
         return list(_DECLARED)
 
 
-def gather(files: Sequence[Path], schedules: Sequence[Schedule]) -> list[ScheduleSpec]:
+def gather(
+    files: Sequence[Path], schedules: Sequence[Schedule], max_args_bytes: int = MAX_ARGS_BYTES
+) -> list[ScheduleSpec]:
     """The specs of `files` and of `schedules` together, validated as a whole.
 
     Raises ScheduleFileError with every problem at once: each file's, each declaration's, and each
@@ -146,12 +148,16 @@ def gather(files: Sequence[Path], schedules: Sequence[Schedule]) -> list[Schedul
                 f"{path}: cannot read: {e.strerror}" if several else f"file: cannot read {path}: {e.strerror}"
             )
             continue
+        except UnicodeDecodeError as e:
+            why = f"not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x})"
+            problems.append(f"{path}: {why}" if several else f"file: {path} is {why}")
+            continue
         try:
-            found.extend((str(path), spec) for spec in load(text))
+            found.extend((str(path), spec) for spec in load(text, max_args_bytes))
         except ScheduleFileError as e:
             problems.extend(f"{path}: {p}" if several else p for p in e.problems)
     for schedule in schedules:
-        spec, errs = schedule.check()
+        spec, errs = schedule.check(max_args_bytes)
         problems.extend(errs)
         if spec is not None:
             found.append((schedule.place, spec))

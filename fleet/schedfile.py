@@ -12,7 +12,7 @@ import math
 import re
 import tomllib
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import orjson
@@ -32,8 +32,19 @@ DEFAULT_RETRY_BASE = timedelta(seconds=30)
 DEFAULT_RETRY_CAP = timedelta(minutes=15)
 MAX_GRACE = timedelta(seconds=60)
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
-_JOB = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]{0,199}$")
+# Bounds on what a schedule may ask for: each keeps a typo from flooding the database or a worker.
+MIN_EVERY = timedelta(seconds=1)  # finer cadences are a queue's job, not a scheduler's
+MAX_EVERY = timedelta(days=3660)  # ten years: anything longer is a typo that would never fire
+MAX_ARGS_BYTES = 64 * 1024  # the JSON of `args`, copied into every run (`apply --max-args-bytes`)
+MAX_DURATION = MAX_EVERY  # timeout, max_lateness, grace, retry: past this, instants overflow
+MAX_ATTEMPTS_LIMIT = 1000
+EARLIEST_START = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_START = datetime(3000, 1, 1, tzinfo=UTC)
+_SHOWN_CHARS = 60  # a value echoed in an error is cut to this
+
+# Matched whole (fullmatch): a trailing newline is not part of a valid name.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}")
+_JOB = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:-]{0,199}")
 _KEYS = {
     "name",
     "cron",
@@ -91,7 +102,7 @@ def default_grace(interval: timedelta) -> timedelta:
     return min(MAX_GRACE, interval / 2)
 
 
-def load(text: str) -> list[ScheduleSpec]:
+def load(text: str, max_args_bytes: int = MAX_ARGS_BYTES) -> list[ScheduleSpec]:
     """Parse and validate a whole file; raises ScheduleFileError listing every problem."""
     try:
         doc = tomllib.loads(text)
@@ -115,8 +126,8 @@ def load(text: str) -> list[ScheduleSpec]:
             continue
         name = entry.get("name")
         if isinstance(name, str) and name:
-            where = f"schedule {name!r}"
-        spec, errs = parse_entry(entry, where)
+            where = f"schedule {shown(name)}"
+        spec, errs = parse_entry(entry, where, max_args_bytes)
         problems.extend(errs)
         if isinstance(name, str) and name:
             if name in seen:
@@ -153,7 +164,27 @@ def _duration(value: Any, fieldname: str) -> timedelta:
 _text_duration = functools.lru_cache(maxsize=1024)(parse_duration)
 
 
-def parse_entry(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None, list[str]]:
+def shown(value: Any) -> str:
+    """A value as an error line echoes it: repr, control characters escaped, cut to a readable length."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 1] + "…"
+
+
+def _nul(value: Any, path: str) -> list[str]:
+    """Where `value` holds a NUL character, in a key or a string."""
+    if isinstance(value, str):
+        return [path] if "\x00" in value else []
+    if isinstance(value, dict):
+        found = [f"{path} key {shown(k)}" for k in value if isinstance(k, str) and "\x00" in k]
+        return found + [f for k, v in value.items() for f in _nul(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [f for i, v in enumerate(value) for f in _nul(v, f"{path}[{i}]")]
+    return []
+
+
+def parse_entry(
+    entry: dict[str, Any], where: str, max_args_bytes: int = MAX_ARGS_BYTES
+) -> tuple[ScheduleSpec | None, list[str]]:
     """One schedule's fields (as a `[[schedule]]` table holds them) validated into a spec, or the
     problems found, each a line `"{where}: {field}: {message}"`."""
     errs: list[str] = []
@@ -164,11 +195,13 @@ def parse_entry(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None,
     for key in sorted(set(entry) - _KEYS):
         bad(key, "unknown field")
     name = entry.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        bad("name", "required; letters, digits and . _ : @ - (at most 200 characters)")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        got = f", got {shown(name)}" if name is not None else ""
+        bad("name", f"required; letters, digits and . _ : @ - (at most 200 characters){got}")
     job = entry.get("job")
-    if not isinstance(job, str) or not _JOB.match(job):
-        bad("job", "required; the name of a job registered on the workers")
+    if not isinstance(job, str) or not _JOB.fullmatch(job):
+        got = f", got {shown(job)}" if job is not None else ""
+        bad("job", f"required; the name of a job registered on the workers{got}")
     args = entry.get("args", {})
     if not isinstance(args, dict):
         bad("args", "must be a table")
@@ -176,8 +209,16 @@ def parse_entry(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None,
     else:
         for path, value in _non_finite(args, "args"):
             bad(path, f"not representable as JSON: {value}")
+        for path in _nul(args, "args"):
+            bad(path, "holds a NUL character (\\u0000), which PostgreSQL's jsonb cannot store")
         try:
-            args = orjson.loads(orjson.dumps(args))  # TOML dates become ISO strings
+            encoded = orjson.dumps(args)
+            args = orjson.loads(encoded)  # TOML dates become ISO strings
+            if len(encoded) > max_args_bytes:
+                bad(
+                    "args",
+                    f"{len(encoded):,} bytes of JSON, more than {max_args_bytes:,} (apply --max-args-bytes)",
+                )
         except TypeError as e:
             bad("args", f"not representable as JSON: {e}")
 
@@ -192,12 +233,15 @@ def parse_entry(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None,
         if positive and d <= timedelta(0):
             bad(key, "must be positive")
             return None
+        if d > MAX_DURATION:
+            bad(key, f"at most {MAX_DURATION.days} days, got {shown(entry[key])}")
+            return None
         return d
 
     def choice(key: str, options: tuple[str, ...], default: str) -> str:
         value = entry.get(key, default)
         if value not in options:
-            bad(key, f"must be one of {' | '.join(options)}, got {value!r}")
+            bad(key, f"must be one of {' | '.join(options)}, got {shown(value)}")
             return default
         return str(value)
 
@@ -230,6 +274,13 @@ def parse_entry(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None,
             every = _duration(entry["every"], "every")
             if every <= timedelta(0):
                 bad("every", "must be positive")
+            elif every < MIN_EVERY:
+                bad(
+                    "every",
+                    f"at least 1s, got {shown(entry['every'])} (for finer work, run a loop in one job)",
+                )
+            elif every > MAX_EVERY:
+                bad("every", f"at most {MAX_EVERY.days} days, got {shown(entry['every'])}")
         except TimingError as e:
             errs.append(f"{where}: {e}")
     if cron is not None and not isinstance(cron, str):
@@ -259,8 +310,8 @@ def parse_entry(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None,
         for key in sorted(set(retry) - _RETRY_KEYS):
             bad(f"retry.{key}", "unknown field")
         ma = retry.get("max_attempts", DEFAULT_MAX_ATTEMPTS)
-        if not isinstance(ma, int) or isinstance(ma, bool) or ma < 1:
-            bad("retry.max_attempts", f"must be an integer >= 1, got {ma!r}")
+        if not isinstance(ma, int) or isinstance(ma, bool) or not 1 <= ma <= MAX_ATTEMPTS_LIMIT:
+            bad("retry.max_attempts", f"must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}, got {shown(ma)}")
         else:
             max_attempts = ma
         for key in ("base", "cap"):
@@ -269,6 +320,8 @@ def parse_entry(entry: dict[str, Any], where: str) -> tuple[ScheduleSpec | None,
                     d = _duration(retry[key], f"retry.{key}")
                     if d <= timedelta(0):
                         bad(f"retry.{key}", "must be positive")
+                    elif d > MAX_DURATION:
+                        bad(f"retry.{key}", f"at most {MAX_DURATION.days} days, got {shown(retry[key])}")
                     elif key == "base":
                         base = d
                     else:
@@ -309,11 +362,21 @@ def _start_at(value: Any, tz: str, bad: Any) -> datetime | None:
         try:
             dt = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
         except ValueError:
-            bad("start_at", f"not an ISO-8601 date-time: {value!r}")
+            bad("start_at", f"not an ISO-8601 date-time: {shown(value)}")
             return None
     else:
         bad("start_at", "must be an ISO-8601 date-time such as '2026-11-01T00:00:00Z'")
         return None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=zone(tz))  # read in the schedule's time zone
+    try:
+        in_range = EARLIEST_START <= dt <= LATEST_START
+    except OverflowError:  # an offset that takes year 1 or 9999 out of range
+        in_range = False
+    if not in_range:
+        bad(
+            "start_at",
+            f"between 1970 and 3000, got {shown(value if isinstance(value, str) else dt.isoformat())}",
+        )
+        return None
     return dt

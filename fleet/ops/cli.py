@@ -26,8 +26,10 @@ from fleet.errors import (
     SchemaMissing,
 )
 from fleet.migrate import ROLES, current_version, latest_version, migrate
+from fleet.schedfile import MAX_ARGS_BYTES
 
 Command = Callable[[argparse.Namespace], int]
+MAX_ARGS_LIMIT = 16 * 1024 * 1024  # what --max-args-bytes may raise the bound to
 
 
 class UsageError(FleetError):
@@ -84,7 +86,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
             "(fleet.Schedule, fleet.Cron, fleet.Every or @fleet.job(..., schedule=...))"
         )
     files = [Path(f) for f in args.files]
-    specs = gather(files, in_code)
+    if not 1 <= args.max_args_bytes <= MAX_ARGS_LIMIT:
+        raise UsageError(f"--max-args-bytes: between 1 and {MAX_ARGS_LIMIT:,}")
+    specs = gather(files, in_code, args.max_args_bytes)
     with db(args) as conn:
         require_schema(conn)
         r = apply_specs(conn, specs, prune=args.prune, plan=args.plan)
@@ -175,6 +179,13 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         "repeatable",
     )
     ap.add_argument("--prune", action="store_true", help="disable schedules declared nowhere given")
+    ap.add_argument(
+        "--max-args-bytes",
+        type=int,
+        default=MAX_ARGS_BYTES,
+        metavar="N",
+        help=f"the most JSON a schedule's args may hold ({MAX_ARGS_BYTES:,}): they are copied into every run",
+    )
     ap.add_argument(
         "--plan", action="store_true", help="print what would change, field by field; write nothing"
     )
