@@ -14,6 +14,7 @@ import psycopg
 
 from fleet.ops import health
 from fleet.ops.cli import UsageError, db
+from fleet.ops.printable import printable, printable_lines
 from fleet.ops.targets import iso, parse_instant, require_schedules, run_row
 from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
@@ -23,6 +24,8 @@ from fleet.telemetry import DEFAULT_JAEGER_URL, jaeger_search_url
 RUN_STATUSES = ("pending", "running", "done", "dead", "skipped", "discarded")
 SLOT_HELP = "the slot, ISO-8601 (e.g. 2026-11-02T10:00:00Z; no offset: UTC)"
 DEFAULT_RUNS_LIMIT = 20
+MAX_RUNS_LIMIT = 10_000  # what one listing prints at most
+WIDTH = 100  # the columns `show` fits in (a Jaeger link excepted)
 
 
 @dataclass
@@ -39,7 +42,7 @@ class ScheduleHealth:
     quiet_s: float
     dead_runs: int
     oldest_pending_age_s: float | None  # oldest due pending run; None: none is waiting
-    next_run_at: str | None
+    next_run_at: str | None  # None while paused or disabled: no slot is planned then
     last_outcome: str | None  # of the newest finished run
     last_run_at: str | None  # that run's slot
     last_success_at: str | None
@@ -52,6 +55,7 @@ class ScheduleHealth:
     job: str
     job_served: bool  # some live worker has registered the job
     paused: bool
+    paused_at: str | None
     enabled: bool
     numbers: health.Health = field(repr=False)
 
@@ -94,7 +98,9 @@ def health_of(row: dict[str, Any]) -> ScheduleHealth:
         quiet_s=round(numbers.quiet_s, 3),
         dead_runs=row["dead_runs"],
         oldest_pending_age_s=numbers.oldest_pending_age_s,
-        next_run_at=iso(row["next_run_at"]),
+        # a paused or disabled schedule keeps the slot it had planned, but creates none: resuming
+        # (or applying it again) plans its next slot from then
+        next_run_at=iso(row["next_run_at"]) if row["enabled"] and row["paused_at"] is None else None,
         last_outcome=last_outcome,
         last_run_at=iso(row["last_slot"]),
         last_success_at=iso(row["last_success_at"]),
@@ -107,6 +113,7 @@ def health_of(row: dict[str, Any]) -> ScheduleHealth:
         job=row["job"],
         job_served=bool(row["job_served"]),
         paused=numbers.paused,
+        paused_at=iso(row["paused_at"]),
         enabled=row["enabled"],
         numbers=numbers,
     )
@@ -144,10 +151,15 @@ def human(seconds: float | None) -> str:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Left-aligned columns separated by two spaces; None prints as ``-``."""
-    cells = [list(header)] + [["-" if c is None else str(c) for c in r] for r in rows]
+    """Left-aligned columns separated by two spaces; None prints as ``-``, control characters escaped."""
+    return "\n".join(table_lines(header, rows))
+
+
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """`table` as a list of lines: the header, then one line per row."""
+    cells = [list(header)] + [["-" if c is None else printable(str(c)) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
 
 
 def moment(text: str | None) -> str | None:
@@ -163,10 +175,39 @@ def print_json(value: Any) -> None:
 
 
 def _first_line(text: str | None, width: int = 100) -> str | None:
-    if not text:
+    """The first line of `text`, escaped, cut to `width` with ``...`` (``--full`` shows it whole)."""
+    lines = printable_lines(text or "")
+    if not lines:
         return None
-    line = text.strip().splitlines()[0] if text.strip() else ""
+    line = lines[0] + (" ..." if len(lines) > 1 else "")
     return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def wrapped(text: str, indent: str, width: int = WIDTH) -> list[str]:
+    """Every line of `text`, escaped, indented and cut into pieces that fit `width` columns."""
+    room = max(20, width - len(indent))
+    out = []
+    for line in printable_lines(text):
+        pieces = [line[i : i + room] for i in range(0, len(line), room)] or [""]
+        out += [f"{indent}{p}" for p in pieces]
+    return out
+
+
+def verdict_text(h: ScheduleHealth) -> str:
+    """The verdict, with PAUSED or DISABLED added when a more severe verdict hides it (``DEAD+PAUSED``)."""
+    states = [v for v in ("PAUSED", "DISABLED") if v in h.problems and v != h.verdict]
+    return "+".join([h.verdict, *states])
+
+
+def count_flag(text: str, flag: str, low: int = 1, high: int = 10_000) -> int:
+    """A whole number from `low` to `high` given to `flag`; UsageError naming the flag otherwise."""
+    try:
+        value = int(text.strip(), 10)
+    except ValueError:
+        raise UsageError(f"{flag}: not a whole number: {text!r}") from None
+    if not low <= value <= high:
+        raise UsageError(f"{flag}: must be from {low} to {high}, got {value}")
+    return value
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -195,13 +236,13 @@ def cmd_status(args: argparse.Namespace) -> int:
                 [
                     [
                         h.name,
-                        h.verdict,
+                        verdict_text(h),
                         f"{human(h.since_last_success_s)} ago"
                         if h.since_last_success_s is not None
                         else "never",
                         h.dead_runs,
                         human(h.oldest_pending_age_s),
-                        h.next_run_at,
+                        _next_slot_text(h),
                         h.last_outcome,
                         human(h.interval_s),
                     ]
@@ -210,6 +251,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
         )
     return 0 if all(h.healthy for h in found) else 1
+
+
+def _next_slot_text(h: ScheduleHealth) -> str | None:
+    if h.paused:
+        return "paused"
+    return "disabled" if not h.enabled else h.next_run_at
 
 
 def _run_json(r: dict[str, Any]) -> dict[str, Any]:
@@ -236,39 +283,60 @@ def _run_json(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    if args.limit < 1:
-        raise UsageError(f"--limit: must be at least 1, got {args.limit}")
+    """A schedule's runs (or with --all every schedule's), newest slot first."""
+    if args.all == (args.schedule is not None):
+        raise UsageError("give either SCHEDULE or --all")
+    limit = count_flag(args.limit, "--limit", high=MAX_RUNS_LIMIT)
     status, outcome = ("skipped", "discarded") if args.status == "discarded" else (args.status, None)
+    params = {"name": args.schedule, "status": status, "outcome": outcome, "limit": limit}
     with db(args) as conn:
-        require_schedules(conn, [args.schedule])
-        rows = conn.execute(
-            q("run_list"), {"name": args.schedule, "status": status, "outcome": outcome, "limit": args.limit}
-        ).fetchall()
+        if args.all:
+            rows = conn.execute(q("run_list_all"), params).fetchall()
+        else:
+            require_schedules(conn, [args.schedule])
+            rows = conn.execute(q("run_list"), params).fetchall()
     runs = [_run_json(r) for r in rows]
     if args.json:
         print_json(runs)
     elif not runs:
-        print(f"no runs of {args.schedule}" + (f" with status {args.status}" if args.status else ""))
+        whose = "any schedule" if args.all else args.schedule
+        print(f"no runs of {whose}" + (f" with status {args.status}" if args.status else ""))
     else:
-        print(
-            table(
-                ["SLOT", "STATUS", "ORIGIN", "ATTEMPTS", "STARTED", "FINISHED", "OUTCOME", "ERROR"],
-                [
-                    [
-                        r["slot"],
-                        r["status"],
-                        r["origin"],
-                        r["attempts"],
-                        moment(r["started_at"]),
-                        moment(r["finished_at"]),
-                        r["last_outcome"],
-                        _first_line(r["last_error"], 60),
-                    ]
-                    for r in runs
-                ],
-            )
-        )
+        print("\n".join(runs_lines(runs, every_schedule=args.all, full=args.full)))
     return 0
+
+
+def runs_lines(runs: Sequence[dict[str, Any]], *, every_schedule: bool, full: bool) -> list[str]:
+    """The `runs` table; with `full`, each error whole (escaped, indented) under its run instead of
+    its first line cut short in the ERROR column."""
+    header = ["SLOT", "STATUS", "ORIGIN", "ATTEMPTS", "STARTED", "FINISHED", "OUTCOME"]
+    rows = [
+        [
+            r["slot"],
+            r["status"],
+            r["origin"],
+            r["attempts"],
+            moment(r["started_at"]),
+            moment(r["finished_at"]),
+            r["last_outcome"],
+        ]
+        for r in runs
+    ]
+    if every_schedule:
+        header.insert(0, "SCHEDULE")
+        for row, r in zip(rows, runs, strict=True):
+            row.insert(0, r["schedule"])
+    if not full:
+        header.append("ERROR")
+        for row, r in zip(rows, runs, strict=True):
+            row.append(_first_line(r["last_error"], 60))
+        return table_lines(header, rows)
+    lines = table_lines(header, rows)
+    out = lines[:1]
+    for line, r in zip(lines[1:], runs, strict=True):
+        out.append(line)
+        out += [f"    {text}" for text in printable_lines(r["last_error"] or "")]
+    return out
 
 
 def slot_history(
@@ -289,6 +357,7 @@ def slot_history(
             "error": a["error"],
             "trace_id": a["trace_id"],
             "span_id": a["span_id"],
+            "traced": a["traced"],
         }
         for a in conn.execute(q("attempt_list"), {"name": schedule, "slot": slot})
     ]
@@ -306,13 +375,16 @@ def slot_history(
                 "error": None,
                 "trace_id": run["trace_id"],
                 "span_id": run["span_id"],
+                "traced": run["traced"],
             }
         )
+    # Every claim makes trace ids, but only a worker with tracing on exports spans under them.
+    traced = any(a["traced"] for a in attempts)
     return {
         **_run_json(run),
         "created_span_id": run["created_span_id"],
         "attempt_history": attempts,
-        "jaeger_url": jaeger_search_url(jaeger, schedule, slot),
+        "jaeger_url": jaeger_search_url(jaeger, schedule, slot) if traced else None,
     }
 
 
@@ -322,42 +394,64 @@ def cmd_show(args: argparse.Namespace) -> int:
         h = slot_history(conn, args.schedule, slot, jaeger_base(args))
     if args.json:
         print_json(h)
-        return 0
-    print(
-        f"{h['schedule']} @ {h['slot']}: {h['status']} (origin {h['origin']}, job {h['job']}, "
-        f"{h['attempts']} attempt(s), {h['failures']} counted as failures)"
-    )
-    if h["status"] == "pending":
-        print(f"due at {h['run_after']}")
-    if h["last_error"]:
-        print(f"last error: {h['last_error'].strip()}")
-    if h["created_trace_id"]:
-        print(f"created by trace {h['created_trace_id']}")
-    if not h["attempt_history"]:
-        print("no attempt yet")
-        return 0
-    print(
-        table(
-            ["ATTEMPT", "WORKER", "HOST", "PID", "STARTED", "ENDED", "OUTCOME", "TRACE", "SPAN", "ERROR"],
-            [
-                [
-                    a["attempt"],
-                    a["worker_id"],
-                    a["host"],
-                    a["pid"],
-                    moment(a["started_at"]),
-                    moment(a["finished_at"]),
-                    a["outcome"],
-                    a["trace_id"],
-                    a["span_id"],
-                    _first_line(a["error"]),
-                ]
-                for a in h["attempt_history"]
-            ],
-        )
-    )
-    print(f"jaeger: {h['jaeger_url']}")
+    else:
+        print("\n".join(show_lines(h)))
     return 0
+
+
+def show_lines(h: dict[str, Any]) -> list[str]:
+    """A slot's history for people: the run, then one block per attempt, within WIDTH columns (a
+    Jaeger link excepted)."""
+    out = [
+        f"{h['schedule']} @ {h['slot']}: {h['status']}",
+        f"  origin {h['origin']} · job {printable(h['job'])}",
+        f"  {h['attempts']} attempt(s), {h['failures']} counted as failures",
+    ]
+    if h["status"] == "pending":
+        out.append(f"  due at {h['run_after']}")
+    if h["created_trace_id"]:
+        out.append(f"  created by trace {h['created_trace_id']} span {h['created_span_id'] or '-'}")
+    if h["last_error"]:
+        out += ["last error:", *wrapped(h["last_error"], "  ")]
+    if not h["attempt_history"]:
+        out.append("no attempt yet")
+    for a in h["attempt_history"]:
+        out += attempt_block(a)
+    if h["attempt_history"]:
+        out.append(_jaeger_line(h))
+    return out
+
+
+def _jaeger_line(h: dict[str, Any]) -> str:
+    if h["jaeger_url"]:
+        return f"jaeger: {h['jaeger_url']}"
+    if h["attempt_history"]:
+        return "jaeger: no attempt of this slot was traced (its workers ran with tracing off)"
+    return "jaeger: no attempt yet"
+
+
+def attempt_block(a: dict[str, Any]) -> list[str]:
+    """One attempt of `show`: its outcome, who ran it, when, its trace, its error."""
+    where = " · ".join(
+        f"{k} {printable(str(v))}" for k, v in (("host", a["host"]), ("pid", a["pid"])) if v is not None
+    )
+    took = ""
+    if a["started_at"] and a["finished_at"]:
+        seconds = (
+            datetime.fromisoformat(a["finished_at"]) - datetime.fromisoformat(a["started_at"])
+        ).total_seconds()
+        took = f" · took {human(max(0.0, seconds))}"
+    lines = [
+        f"attempt {a['attempt']}: {a['outcome'] or 'unknown'}",
+        f"  worker   {printable(a['worker_id'] or '-')}" + (f" · {where}" if where else ""),
+        f"  started  {moment(a['started_at']) or '-'} · ended {moment(a['finished_at']) or '-'}{took}",
+        f"  trace    {a['trace_id'] or '-'} · span {a['span_id'] or '-'}"
+        + ("" if a["traced"] else " · not traced"),
+    ]
+    if a["error"]:
+        first = _first_line(a["error"], WIDTH - 11)
+        lines.append(f"  error    {first}")
+    return lines
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -373,7 +467,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 "jaeger_url": h["jaeger_url"],
                 "created_trace_id": h["created_trace_id"],
                 "attempts": [
-                    {k: a[k] for k in ("attempt", "worker_id", "outcome", "trace_id", "span_id")}
+                    {k: a[k] for k in ("attempt", "worker_id", "outcome", "trace_id", "span_id", "traced")}
                     for a in h["attempt_history"]
                 ],
             }
@@ -384,19 +478,18 @@ def cmd_trace(args: argparse.Namespace) -> int:
     for a in h["attempt_history"]:
         print(
             f"attempt {a['attempt']}: trace {a['trace_id']} span {a['span_id']} "
-            f"({a['outcome']}, {a['worker_id']})"
+            f"({a['outcome']}, {printable(a['worker_id'] or '-')})" + ("" if a["traced"] else " · not traced")
         )
-    print(f"jaeger: {h['jaeger_url']}")
+    print(_jaeger_line(h))
     return 0
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
     """Dead runs waiting for an operator (retry or discard), across schedules."""
+    limit = count_flag(args.limit, "--limit", high=MAX_RUNS_LIMIT)
     with db(args) as conn:
         require_schedules(conn, args.schedules)
-        rows = conn.execute(
-            q("run_dead_list"), {"names": list(args.schedules), "limit": args.limit}
-        ).fetchall()
+        rows = conn.execute(q("run_dead_list"), {"names": list(args.schedules), "limit": limit}).fetchall()
     runs = [
         {
             "schedule": r["schedule_name"],
@@ -499,11 +592,18 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("schedules", nargs="*", metavar="SCHEDULE", help="only these schedules (default: all)")
     p.add_argument("--json", action="store_true", help="a JSON list, durations in seconds")
 
-    p = sub.add_parser("runs", help="a schedule's runs, newest slot first")
-    p.add_argument("schedule", metavar="SCHEDULE")
+    p = sub.add_parser("runs", help="a schedule's runs (or every schedule's), newest slot first")
+    p.add_argument("schedule", metavar="SCHEDULE", nargs="?")
+    p.add_argument("--all", action="store_true", help="the newest runs of every schedule, instead of one's")
     p.add_argument("--status", choices=RUN_STATUSES, help="only runs with this status")
     p.add_argument(
-        "--limit", type=int, default=DEFAULT_RUNS_LIMIT, help=f"at most N runs ({DEFAULT_RUNS_LIMIT})"
+        "--limit",
+        default=str(DEFAULT_RUNS_LIMIT),
+        metavar="N",
+        help=f"at most N runs, 1 to {MAX_RUNS_LIMIT} ({DEFAULT_RUNS_LIMIT})",
+    )
+    p.add_argument(
+        "--full", action="store_true", help="each run's error whole, under the run (default: its first line)"
     )
     p.add_argument("--json", action="store_true", help="a JSON list")
 
@@ -523,7 +623,10 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p = sub.add_parser("dead", help="dead runs waiting for retry or discard; exit 1 when there are any")
     p.add_argument("schedules", nargs="*", metavar="SCHEDULE", help="only these schedules (default: all)")
     p.add_argument(
-        "--limit", type=int, default=DEFAULT_RUNS_LIMIT, help=f"at most N runs ({DEFAULT_RUNS_LIMIT})"
+        "--limit",
+        default=str(DEFAULT_RUNS_LIMIT),
+        metavar="N",
+        help=f"at most N runs, 1 to {MAX_RUNS_LIMIT} ({DEFAULT_RUNS_LIMIT})",
     )
     p.add_argument("--json", action="store_true", help="a JSON list")
 

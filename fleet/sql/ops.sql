@@ -86,6 +86,24 @@ WHERE r.schedule_name = %(name)s
 ORDER BY r.scheduled_for DESC
 LIMIT %(limit)s
 
+-- name: run_list_all
+-- The newest runs of every schedule: each schedule's newest first (walking its primary key
+-- backwards), then the newest of those, so the work is bounded by schedules times the limit, however
+-- many finished runs the table holds.
+SELECT x.*
+FROM fleet.schedules s
+CROSS JOIN LATERAL (
+    SELECT r.*, r.status::text AS status
+    FROM fleet.job_runs r
+    WHERE r.schedule_name = s.name
+      AND (%(status)s::fleet.run_status IS NULL OR r.status = %(status)s::fleet.run_status)
+      AND (%(outcome)s::text IS NULL OR r.last_outcome = %(outcome)s)
+    ORDER BY r.scheduled_for DESC
+    LIMIT %(limit)s
+) x
+ORDER BY x.scheduled_for DESC, x.schedule_name
+LIMIT %(limit)s
+
 -- name: run_get
 SELECT r.*, r.status::text AS status FROM fleet.job_runs r
 WHERE r.schedule_name = %(name)s AND r.scheduled_for = %(slot)s
