@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 
@@ -36,7 +36,9 @@ def require_schema(conn: psycopg.Connection[Any]) -> None:
     if have == 0:
         raise UsageError("the database has no fleet schema; run `fleetctl migrate`")
     if have < want:
-        raise UsageError(f"the database's fleet schema is at version {have}, not {want}; run `fleetctl migrate`")
+        raise UsageError(
+            f"the database's fleet schema is at version {have}, not {want}; run `fleetctl migrate`"
+        )
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -75,10 +77,16 @@ def cmd_apply(args: argparse.Namespace) -> int:
 COMMAND_MODULES = ("fleet.ops.inspect", "fleet.ops.repair", "fleet.ops.metrics", "fleet.ops.supervise")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Refuses a bad command line in one line naming the argument (exit 2), like every other bad
+    input; `--help` has the usage. Subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
 def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
-    p = argparse.ArgumentParser(
-        prog="fleetctl", description="Operate a fleet: schema, schedules, health, repair."
-    )
+    p = _Parser(prog="fleetctl", description="Operate a fleet: schema, schedules, health, repair.")
     p.add_argument(
         "--database-url",
         help="libpq URI [env FLEET_DATABASE_URL]; unset: the embedded PostgreSQL in ./.fleet/pgdata",

@@ -15,7 +15,7 @@ import psycopg
 from fleet.ops import health
 from fleet.ops.cli import UsageError, db
 from fleet.ops.printable import printable, printable_lines
-from fleet.ops.targets import iso, parse_instant, require_schedules, run_row
+from fleet.ops.targets import iso, parse_count, parse_instant, require_schedules, run_row
 from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
 from fleet.schedule import TimingError, nominal_interval, timing_of
@@ -199,17 +199,6 @@ def verdict_text(h: ScheduleHealth) -> str:
     return "+".join([h.verdict, *states])
 
 
-def count_flag(text: str, flag: str, low: int = 1, high: int = 10_000) -> int:
-    """A whole number from `low` to `high` given to `flag`; UsageError naming the flag otherwise."""
-    try:
-        value = int(text.strip(), 10)
-    except ValueError:
-        raise UsageError(f"{flag}: not a whole number: {text!r}") from None
-    if not low <= value <= high:
-        raise UsageError(f"{flag}: must be from {low} to {high}, got {value}")
-    return value
-
-
 # -- commands ------------------------------------------------------------------------------------
 
 
@@ -286,7 +275,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     """A schedule's runs (or with --all every schedule's), newest slot first."""
     if args.all == (args.schedule is not None):
         raise UsageError("give either SCHEDULE or --all")
-    limit = count_flag(args.limit, "--limit", high=MAX_RUNS_LIMIT)
+    limit = parse_count(args.limit, "--limit", high=MAX_RUNS_LIMIT)
     status, outcome = ("skipped", "discarded") if args.status == "discarded" else (args.status, None)
     params = {"name": args.schedule, "status": status, "outcome": outcome, "limit": limit}
     with db(args) as conn:
@@ -486,7 +475,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def cmd_dead(args: argparse.Namespace) -> int:
     """Dead runs waiting for an operator (retry or discard), across schedules."""
-    limit = count_flag(args.limit, "--limit", high=MAX_RUNS_LIMIT)
+    limit = parse_count(args.limit, "--limit", high=MAX_RUNS_LIMIT)
     with db(args) as conn:
         require_schedules(conn, args.schedules)
         rows = conn.execute(q("run_dead_list"), {"names": list(args.schedules), "limit": limit}).fetchall()

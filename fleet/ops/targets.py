@@ -3,6 +3,7 @@ line, checked against the database, and written back in the same notation."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,6 +12,8 @@ import psycopg
 from fleet.ops.cli import UsageError
 from fleet.queries import q
 from fleet.schedule import TimingError, parse_duration
+
+_BARE_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def parse_instant(text: str, flag: str) -> datetime:
@@ -28,6 +31,29 @@ def parse_span(text: str, flag: str) -> timedelta:
         return parse_duration(text, flag)
     except TimingError as e:
         raise UsageError(str(e)) from None
+
+
+def parse_age(text: str, flag: str, longest: timedelta) -> timedelta:
+    """A duration with its unit (``7d``, ``12h``, ``90s``): a bare number is refused rather than read
+    as seconds, and so is anything longer than `longest`."""
+    bare = text.strip()
+    if _BARE_NUMBER.fullmatch(bare):
+        raise UsageError(f"{flag}: give a unit, e.g. {bare}d or {bare}h (w, d, h, m, s), not {text!r}")
+    span = parse_span(text, flag)
+    if span > longest:
+        raise UsageError(f"{flag}: at most {longest.days}d, got {text!r}")
+    return span
+
+
+def parse_count(text: str, flag: str, low: int = 1, high: int = 10_000) -> int:
+    """A whole number from `low` to `high` given to `flag`; UsageError naming the flag otherwise."""
+    try:
+        value = int(text.strip(), 10)
+    except ValueError:
+        raise UsageError(f"{flag}: not a whole number: {text!r}") from None
+    if not low <= value <= high:
+        raise UsageError(f"{flag}: must be from {low} to {high}, got {value}")
+    return value
 
 
 def iso(value: datetime | None) -> str | None:

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.integration.ops_support import add_run, fleetctl, fleetctl_json
+from tests.integration.ops_support import add_run, fleetctl, fleetctl_json, snapshot
 from tests.support import apply_text
 
 Cap = pytest.CaptureFixture[str]
@@ -163,3 +163,47 @@ def test_show_fits_a_hundred_columns_and_keeps_every_field(
         for value in (a["worker_id"], a["host"], str(a["pid"]), a["trace_id"], a["span_id"], "failed eee"):
             assert value in block, (value, block)
         assert "10:00:01.250Z" in block and "10:00:03.500Z" in block and "took 2s" in block
+
+
+def test_prune_needs_a_unit_says_what_it_would_delete_and_what_it_deleted_by_status(
+    capsys: Cap, db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    hourly(conn, "a")
+    old = "now() - interval '3 days'"
+    for h in range(3):
+        add_run(conn, "a", SLOT + timedelta(hours=h), "done", finished=old, attempts=2)
+    add_run(conn, "a", SLOT + timedelta(hours=3), "skipped", finished=old, history=False)
+    add_run(conn, "a", SLOT + timedelta(hours=4), "dead", finished=old, error="x")
+    conn.execute(
+        "UPDATE fleet.job_runs SET status = 'skipped', last_outcome = 'discarded' WHERE scheduled_for = %s",
+        (SLOT + timedelta(hours=4),),
+    )
+    add_run(conn, "a", SLOT + timedelta(hours=5), "done", finished="now()")  # the newest: kept
+    before = snapshot(conn)
+
+    for args, flag in (
+        (("--older-than", "7"), "--older-than"),
+        (("--older-than", "1.5"), "--older-than"),
+        (("--older-than", "999999999d"), "--older-than"),
+        (("--older-than=-1d",), "--older-than"),
+        (("--older-than", "-1d"), "--older-than"),
+        (("--older-than", "7d", "--batch", "1e20"), "--batch"),
+        (("--older-than", "7d", "--batch", "0"), "--batch"),
+        (("--older-than", "7d", "--batch", "99999999999999999999"), "--batch"),
+    ):
+        code, out, err = fleetctl(capsys, db_url, "prune", *args)
+        assert code == 2 and flag in err and len(err.strip().splitlines()) == 1, (args, err)
+        assert out == "" and "Traceback" not in err
+    assert "give a unit" in fleetctl(capsys, db_url, "prune", "--older-than", "7")[2]
+
+    code, out, _ = fleetctl(capsys, db_url, "prune", "--older-than", "1d", "--dry-run")
+    assert code == 0 and snapshot(conn) == before
+    assert out.startswith("would prune 5 run(s) and 7 attempt(s) finished before ")
+    assert ": 3 done, 1 skipped, 1 discarded" in out and "nothing deleted" in out
+
+    code, out, _ = fleetctl(capsys, db_url, "prune", "--older-than", "0s")
+    assert code == 0 and out.startswith("pruned 5 run(s) and 7 attempt(s) finished before ")
+    assert ": 3 done, 1 skipped, 1 discarded (dead runs an operator discarded" in out
+    assert [r["status"] for r in conn.execute("SELECT status::text FROM fleet.job_runs")] == ["done"]
+    code, out, _ = fleetctl(capsys, db_url, "prune", "--older-than", "0s", "--dry-run")
+    assert out.startswith("would prune 0 run(s) and 0 attempt(s)")
