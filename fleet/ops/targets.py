@@ -11,7 +11,7 @@ import psycopg
 
 from fleet.ops.cli import UsageError
 from fleet.queries import q
-from fleet.schedule import TimingError, parse_duration
+from fleet.schedule import TimingError, latest_slot_at_or_before, next_slot, parse_duration, timing_of
 
 _BARE_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
@@ -85,6 +85,22 @@ def run_row(conn: psycopg.Connection[Any], name: str, slot: datetime) -> dict[st
     """The run of `name` at `slot`; UsageError naming both when the schedule or the run is unknown."""
     row: dict[str, Any] | None = conn.execute(q("run_get"), {"name": name, "slot": slot}).fetchone()
     if row is None:
-        schedule_row(conn, name)
-        raise UsageError(f"schedule {name!r} has no run at {iso(slot)}")
+        raise UsageError(
+            f"schedule {name!r} has no run at {iso(slot)}{_why_no_run(schedule_row(conn, name), slot)}"
+        )
     return row
+
+
+def _why_no_run(schedule: dict[str, Any], slot: datetime) -> str:
+    """What to say about a slot without a run: that it is one of the schedule's slots, or the
+    schedule's slots nearest to it before and after."""
+    try:
+        timing = timing_of(schedule)
+        before = latest_slot_at_or_before(timing, slot)
+        after = next_slot(timing, slot)
+    except (TimingError, ValueError):
+        return ""
+    if before == slot:
+        return ": it is a slot of the schedule, whose run was not created (yet) or was pruned"
+    nearest = f"{iso(before) or 'none'} before and {iso(after) or 'none'} after"
+    return f": not a slot of the schedule; its nearest slots are {nearest}"

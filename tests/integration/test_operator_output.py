@@ -207,3 +207,28 @@ def test_prune_needs_a_unit_says_what_it_would_delete_and_what_it_deleted_by_sta
     assert [r["status"] for r in conn.execute("SELECT status::text FROM fleet.job_runs")] == ["done"]
     code, out, _ = fleetctl(capsys, db_url, "prune", "--older-than", "0s", "--dry-run")
     assert out.startswith("would prune 0 run(s) and 0 attempt(s)")
+
+
+def test_a_slot_off_the_grid_names_the_nearest_slots(
+    capsys: Cap, db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    apply_text(
+        conn, '[[schedule]]\nname = "q"\nevery = "15m"\njob = "noop"\nstart_at = "2025-01-01T00:00:00Z"\n'
+    )
+    apply_text(conn, '[[schedule]]\nname = "c"\ncron = "0 9 * * 1-5"\njob = "noop"\n')
+    for args, expected in (
+        (
+            ("show", "q", "2026-01-01T10:07"),
+            "not a slot of the schedule; its nearest slots are 2026-01-01T10:00:00Z before and "
+            "2026-01-01T10:15:00Z after",
+        ),
+        (
+            ("trace", "c", "2026-03-07T12:00:00Z"),  # a Saturday
+            "its nearest slots are 2026-03-06T09:00:00Z before and 2026-03-09T09:00:00Z after",
+        ),
+        (("show", "q", "2026-01-01T10:15:00Z"), "it is a slot of the schedule, whose run was not created"),
+        (("retry", "q", "2026-01-01T10:07:00Z"), "2026-01-01T10:00:00Z before"),
+    ):
+        code, out, err = fleetctl(capsys, db_url, *args)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert "has no run at" in err and expected in err, err
