@@ -156,6 +156,7 @@ class Up:
         self.sv_proc: subprocess.Popen[bytes] | None = None
         self.sv: Supervisor | None = None
         self.known: list[ProcInfo] = []
+        self.runs_here: int | None = None  # held by this host's workers, as the live view last read it
         self.opts: SupervisorOptions | None = None
 
     # -- signals -------------------------------------------------------------------------------
@@ -356,9 +357,7 @@ class Up:
         if proc.poll() is None:
             with contextlib.suppress(SupervisorUnavailable):
                 self.known = sv.processes()
-            busy = sum(1 for p in self.known if p.slot is not None and p.state in ("RUNNING", "STARTING"))
-            self._say(f"stopping: workers finish or hand back their runs ({busy} running, up to "
-                      f"{self.opts.stopwaitsecs}s), then the ticker stops; Ctrl-C again to kill at once")
+            self._say(live.stopping_line(self.known, self.runs_here, self.opts.stopwaitsecs))
             try:
                 sv.shutdown()
             except Exception:  # noqa: BLE001 - SIGTERM asks supervisord for the same orderly shutdown
@@ -410,6 +409,7 @@ class Up:
                     if conn is None or conn.closed:
                         conn = connect(url, "fleetctl up view")
                     live.read_database(conn, snap)
+                    self.runs_here = snap.runs_here
                 except Exception as e:  # noqa: BLE001 - shown in the view, retried next frame
                     snap.db_error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                     if conn is not None:

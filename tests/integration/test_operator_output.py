@@ -232,3 +232,38 @@ def test_a_slot_off_the_grid_names_the_nearest_slots(
         code, out, err = fleetctl(capsys, db_url, *args)
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
         assert "has no run at" in err and expected in err, err
+
+
+def test_the_live_view_reads_verdicts_paused_schedules_and_the_runs_this_hosts_workers_hold(
+    conn: psycopg.Connection[Any],
+) -> None:
+    import socket
+
+    from fleet.ops import live
+    from fleet.ops.control import ProcInfo
+
+    hourly(conn, "a", "b")
+    add_run(conn, "b", SLOT, "dead", error="boom")
+    conn.execute("UPDATE fleet.schedules SET paused_at = now() WHERE name = 'b'")
+    here = socket.gethostname()
+    for wid, host, pid in (("w1", here, 101), ("w2", here, 102), ("w3", "elsewhere", 101)):
+        conn.execute(
+            "INSERT INTO fleet.processes (id, kind, host, pid) VALUES (%s, 'worker', %s, %s)",
+            (wid, host, pid),
+        )
+    for h, wid in enumerate(("w1", "w1", "w2", "w3", "w3")):
+        add_run(conn, "a", SLOT + timedelta(hours=h + 1), "running", finished=None, history=False)
+        conn.execute(
+            "UPDATE fleet.job_runs SET locked_by = %s WHERE scheduled_for = %s",
+            (wid, SLOT + timedelta(hours=h + 1)),
+        )
+    snap = live.Snapshot(
+        processes=[
+            ProcInfo("fleet-workers", "worker_00", "RUNNING", 101, ""),
+            ProcInfo("fleet-workers", "worker_01", "RUNNING", 102, ""),
+        ]
+    )
+    live.read_database(conn, snap)
+    cells = {c[0]: c for c in (live.schedule_cells(r) for r in snap.schedules)}
+    assert cells["b"][1:4] == ["DEAD+PAUSED", cells["b"][2], "paused"] and cells["a"][3] != "paused"
+    assert snap.runs_here == 3  # not the other host's worker with the same pid
