@@ -126,9 +126,10 @@ def slot_backfill(
             f"{schedule} has more than {MAX_BACKFILL_SLOTS} slots from {iso(start)} to {iso(end)}: "
             "narrow the range"
         )
-    created = [r["scheduled_for"] for r in conn.execute(
-        q("slot_backfill"), {"name": schedule, "slots": slots, "now": now}
-    )]
+    created = [
+        r["scheduled_for"]
+        for r in conn.execute(q("slot_backfill"), {"name": schedule, "slots": slots, "now": now})
+    ]
     if created:
         _wake_workers(conn)
     return BackfillResult(created=sorted(created), existing=len(slots) - len(created))
@@ -203,7 +204,10 @@ def _prune_scope(
             keep_names.append(k["name"])
             keep_slots.append(slot)
     params = {
-        "cutoff": result.cutoff, "schedule": schedule, "keep_names": keep_names, "keep_slots": keep_slots,
+        "cutoff": result.cutoff,
+        "schedule": schedule,
+        "keep_names": keep_names,
+        "keep_slots": keep_slots,
     }
     return result, params
 
@@ -365,7 +369,8 @@ def prune_summary(r: PruneResult, *, dry_run: bool, elapsed_s: float) -> str:
 def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     slot_help = "the slot, ISO-8601 (e.g. 2026-11-02T10:00:00Z; no offset: UTC)"
     p = sub.add_parser(
-        "retry", help="make a dead run pending again (attempt history kept, retry budget restarted)",
+        "retry",
+        help="make a dead run pending again (attempt history kept, retry budget restarted)",
     )
     p.add_argument("schedule", metavar="SCHEDULE")
     p.add_argument("slot", metavar="SLOT", nargs="?", help=slot_help)
@@ -440,6 +445,11 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "--dry-run", action="store_true", help="say what would be deleted, by status; delete nothing"
     )
     return {
-        "retry": cmd_retry, "discard": cmd_discard, "trigger": cmd_trigger, "pause": cmd_pause,
-        "resume": cmd_resume, "backfill": cmd_backfill, "prune": cmd_prune,
+        "retry": cmd_retry,
+        "discard": cmd_discard,
+        "trigger": cmd_trigger,
+        "pause": cmd_pause,
+        "resume": cmd_resume,
+        "backfill": cmd_backfill,
+        "prune": cmd_prune,
     }

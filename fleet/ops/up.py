@@ -63,8 +63,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     lock = UpLock(fleet_dir / "up.lock")
     holder = lock.acquire()
     if holder is not None:
-        raise UsageError(f"a fleet is already up in this directory (fleetctl up, pid {holder}); "
-                         "stop it with Ctrl-C there, or change its size with `fleetctl scale N`")
+        raise UsageError(
+            f"a fleet is already up in this directory (fleetctl up, pid {holder}); "
+            "stop it with Ctrl-C there, or change its size with `fleetctl scale N`"
+        )
     try:
         return Up(args, base, fleet_dir).run()
     finally:
@@ -287,14 +289,18 @@ class Up:
             source = self.args.schedules
         r = apply_specs(conn, specs, prune=False)
         changed = len(r.created) + len(r.updated) + len(r.replanned)
-        self._say(f"applied {source}: {len(r.created)} created, {changed - len(r.created)} changed, "
-                  f"{len(r.unchanged)} unchanged")
+        self._say(
+            f"applied {source}: {len(r.created)} created, {changed - len(r.created)} changed, "
+            f"{len(r.unchanged)} unchanged"
+        )
 
     def _warn_unserved(self, conn: psycopg.Connection[Any], served: set[str]) -> None:
         for row in conn.execute(q("schedule_jobs")):
             if row["job"] not in served:
-                self._say(f"warning: no worker here runs job {row['job']!r} (schedules: "
-                          f"{', '.join(row['schedules'])}); give its module with --app")
+                self._say(
+                    f"warning: no worker here runs job {row['job']!r} (schedules: "
+                    f"{', '.join(row['schedules'])}); give its module with --app"
+                )
 
     def _write_config(self, url: str, apps: list[str], jobs_file: str | None) -> None:
         self.logs.mkdir(exist_ok=True)
@@ -332,8 +338,13 @@ class Up:
         with open(self.logs / "supervisord.out", "ab") as out:
             # Its own session: a Ctrl-C in this terminal reaches only `up`, which stops things in order.
             self.sv_proc = subprocess.Popen(
-                [*cmd, "-n", "-c", str(self.conf_path)], cwd=self.base, stdin=subprocess.DEVNULL,
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+                [*cmd, "-n", "-c", str(self.conf_path)],
+                cwd=self.base,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         self.sv = Supervisor(f"unix://{self.opts.socket}")
         end = time.monotonic() + _READY_TIMEOUT_S
@@ -344,10 +355,13 @@ class Up:
             except SupervisorUnavailable:
                 if self.sv_proc.poll() is not None or time.monotonic() > end:
                     raise SupervisorUnavailable(
-                        f"supervisord did not start; see {self.logs / 'supervisord.out'}") from None
+                        f"supervisord did not start; see {self.logs / 'supervisord.out'}"
+                    ) from None
                 time.sleep(0.1)
-        self._say(f"supervisord (pid {self.sv_proc.pid}) starts 1 ticker and {self.opts.workers} workers; "
-                  f"logs in {self.logs}")
+        self._say(
+            f"supervisord (pid {self.sv_proc.pid}) starts 1 ticker and {self.opts.workers} workers; "
+            f"logs in {self.logs}"
+        )
 
     def _stop_supervisord(self) -> None:
         proc, sv = self.sv_proc, self.sv
@@ -397,8 +411,10 @@ class Up:
                 if self.sv_proc.poll() is not None:
                     self._leave(screen)
                     screen = None
-                    self._say(f"supervisord exited (code {self.sv_proc.returncode}); "
-                              f"see {self.logs / 'supervisord.log'}")
+                    self._say(
+                        f"supervisord exited (code {self.sv_proc.returncode}); "
+                        f"see {self.logs / 'supervisord.log'}"
+                    )
                     return 1
                 snap = live.Snapshot()
                 try:
@@ -417,8 +433,10 @@ class Up:
                     conn = None
                 self._annotate_failures(snap)
                 if screen is not None:
-                    header = (f"fleet up · database {db_label} · {time.strftime('%H:%M:%S')} · "
-                              "Ctrl-C stops everything")
+                    header = (
+                        f"fleet up · database {db_label} · {time.strftime('%H:%M:%S')} · "
+                        "Ctrl-C stops everything"
+                    )
                     screen.draw(live.frame(snap, header))
                     self.stop.wait(_TTY_REFRESH_S)
                 else:
