@@ -15,6 +15,7 @@ import psycopg
 from fleet.db import connect, resolve_url
 from fleet.errors import ConfigError, DatabaseUnavailable, FleetError, ScheduleFileError
 from fleet.migrate import current_version, latest_version, migrate
+from fleet.ops.printable import printable
 from fleet.schedfile import load
 
 Command = Callable[[argparse.Namespace], int]
@@ -115,13 +116,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands[args.command](args)
     except ScheduleFileError as e:
         for line in e.problems:
-            print(f"fleetctl {args.command}: {line}", file=sys.stderr)
+            print(f"fleetctl {args.command}: {printable(line)}", file=sys.stderr)
         return 2
     except (UsageError, ConfigError) as e:
-        print(f"fleetctl {args.command}: {e}", file=sys.stderr)
+        print(f"fleetctl {args.command}: {printable(str(e))}", file=sys.stderr)
         return 2
     except DatabaseUnavailable as e:
-        print(f"fleetctl {args.command}: {e}", file=sys.stderr)
+        print(f"fleetctl {args.command}: {printable(str(e))}", file=sys.stderr)
         return 1
     except psycopg.errors.UndefinedTable:
         print(
