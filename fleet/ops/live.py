@@ -114,14 +114,15 @@ def _count(n: int, noun: str, plural: str | None = None) -> str:
 
 def host_line(processes: Sequence[ProcInfo]) -> str:
     """supervisord's view of this host: the ticker and workers up (started or starting: a process
-    registers in the database while supervisord still calls it starting), and the worker slots."""
+    registers in the database while supervisord still calls it starting), and how many workers
+    `fleetctl scale` may run (supervisord's worker slots)."""
     workers = [p for p in processes if p.slot is not None]
     up = [p for p in processes if p.state in UP_STATES]
     tickers = sum(p.slot is None for p in up)
     starting = sum(p.state == "STARTING" for p in up)
     line = f"this host: {_count(tickers, 'ticker')}, {_count(len(up) - tickers, 'worker')}"
     line += f" ({starting} starting)" if starting else ""
-    return f"{line}; {_count(len(workers), 'worker slot')}, `fleetctl scale N` changes them"
+    return f"{line}; `fleetctl scale N` runs up to {len(workers)}"
 
 
 def process_summary(snap: Snapshot) -> list[str]:

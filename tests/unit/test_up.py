@@ -73,7 +73,7 @@ def test_the_view_shows_schedules_and_processes() -> None:
     assert "reports" in text and "3s ago done" in text and "in 4s" in text and "in 2h" in text
     nightly = next(line for line in lines if line.startswith("nightly"))
     assert "DEAD" in nightly and nightly.split()[-2] == "2"
-    assert "this host: 1 ticker, 1 worker; 3 worker slots, `fleetctl scale N` changes them" in text
+    assert "this host: 1 ticker, 1 worker; `fleetctl scale N` runs up to 3" in text
     assert "worker_01 FATAL Exited too quickly" in text
     assert "worker_02" not in text  # stopped spare slots are not listed
     assert "in the database: 1 ticker on 1 host, 3 workers on 2 hosts" in text
@@ -106,7 +106,7 @@ def test_the_first_screen_counts_starting_processes_like_the_database_does() -> 
     )
     lines = live.frame(snap, "header")
     text = "\n".join(lines)
-    assert "this host: 1 ticker, 2 workers (3 starting); 2 worker slots" in text
+    assert "this host: 1 ticker, 2 workers (3 starting); `fleetctl scale N` runs up to 2" in text
     assert "in the database: 1 ticker on 1 host, 2 workers on 1 host" in text
     assert "0s late" not in text
     cells = {c[0]: c for c in (live.schedule_cells(r) for r in snap.schedules)}
