@@ -267,6 +267,7 @@ def _run_json(r: dict[str, Any]) -> dict[str, Any]:
         "last_outcome": r["last_outcome"],
         "last_error": r["last_error"],
         "trace_id": r["trace_id"],
+        "traced": r["traced"],
         "created_trace_id": r["created_trace_id"],
     }
 

@@ -141,7 +141,9 @@ def process_summary(snap: Snapshot) -> list[str]:
         f"{_count(r['n'], kind)} on {_count(r['hosts'], 'host')}" for kind, r in sorted(snap.seen.items())
     )
     if not snap.db_error:
-        lines.append(f"in the database: {seen or 'no live process'}")
+        # a process registers a moment after it starts: say so rather than contradict the line above
+        starting = not snap.sv_error and any(p.state == "STARTING" for p in snap.processes)
+        lines.append(f"in the database: {seen or ('no live process yet' if starting else 'no live process')}")
     return lines
 
 

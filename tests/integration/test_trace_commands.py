@@ -63,6 +63,8 @@ def test_show_and_trace_print_each_attempts_ids_and_a_jaeger_link(
     _, data = fleetctl_json(capsys, db_url, "trace", "nightly", "2026-11-02T01:00:00Z")
     assert [a["trace_id"] for a in data["attempts"]] == [ids["trace_id"], current["trace_id"]]
     assert [a["traced"] for a in data["attempts"]] == [True, True] and data["jaeger_url"] == link
+    _, (run,) = fleetctl_json(capsys, db_url, "runs", "nightly")
+    assert run["traced"] is True
 
     code, _, err = fleetctl(capsys, db_url, "trace", "nope", "2026-11-02T01:00:00Z")
     assert code == 2 and "nope" in err
@@ -83,6 +85,8 @@ def test_attempts_of_a_worker_without_tracing_get_no_jaeger_link(
         assert data["jaeger_url"] is None
         attempts = data["attempts" if command == "trace" else "attempt_history"]
         assert [a["traced"] for a in attempts] == [False, False]
+    _, (run,) = fleetctl_json(capsys, db_url, "runs", "nightly")
+    assert run["traced"] is False
 
 
 def test_dead_lists_dead_runs_and_exits_1(

@@ -109,6 +109,8 @@ def test_the_first_screen_counts_starting_processes_like_the_database_does() -> 
     assert "this host: 1 ticker, 2 workers (3 starting); `fleetctl scale N` runs up to 2" in text
     assert "in the database: 1 ticker on 1 host, 2 workers on 1 host" in text
     assert "0s late" not in text
+    snap.seen = {}  # the processes have not registered yet
+    assert "in the database: no live process yet" in "\n".join(live.frame(snap, "header"))
     cells = {c[0]: c for c in (live.schedule_cells(r) for r in snap.schedules)}
     assert (
         cells["reports"][3] == "due now" and cells["soon"][3] == "due now" and cells["late"][3] == "42s late"
