@@ -385,7 +385,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(h)
     else:
-        print("\n".join(show_lines(h)))
+        # every line escaped whole: besides handler text, any column could hold what a writer put there
+        print("\n".join(map(printable, show_lines(h))))
     return 0
 
 
@@ -463,14 +464,17 @@ def cmd_trace(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    if h["created_trace_id"]:
-        print(f"created by: trace {h['created_trace_id']} span {h['created_span_id']}")
-    for a in h["attempt_history"]:
-        print(
-            f"attempt {a['attempt']}: trace {a['trace_id']} span {a['span_id']} "
-            f"({a['outcome']}, {printable(a['worker_id'] or '-')})" + ("" if a["traced"] else " · not traced")
-        )
-    print(_jaeger_line(h))
+    lines = (
+        [f"created by: trace {h['created_trace_id']} span {h['created_span_id']}"]
+        if h["created_trace_id"]
+        else []
+    )
+    lines += [
+        f"attempt {a['attempt']}: trace {a['trace_id']} span {a['span_id']} "
+        f"({a['outcome']}, {a['worker_id']})" + ("" if a["traced"] else " · not traced")
+        for a in h["attempt_history"]
+    ]
+    print("\n".join(map(printable, [*lines, _jaeger_line(h)])))
     return 0
 
 

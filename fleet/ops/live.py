@@ -174,7 +174,7 @@ def frame(snap: Snapshot, header: str) -> list[str]:
         out += _table([COLUMNS, *(schedule_cells(r) for r in snap.schedules)])
     out.append("")
     out += process_summary(snap)
-    return out
+    return [printable(line) for line in out]
 
 
 def plain_lines(snap: Snapshot) -> list[str]:
@@ -190,7 +190,7 @@ def plain_lines(snap: Snapshot) -> list[str]:
             for c in (schedule_cells(r) for r in snap.schedules)
         ]
     lines += [f"{stamp} {line.strip()}" for line in process_summary(snap)]
-    return lines
+    return [printable(line) for line in lines]
 
 
 class Screen:
