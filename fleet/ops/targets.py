@@ -38,7 +38,9 @@ def parse_age(text: str, flag: str, longest: timedelta) -> timedelta:
     as seconds, and so is anything longer than `longest`."""
     bare = text.strip()
     if _BARE_NUMBER.fullmatch(bare):
-        raise UsageError(f"{flag}: give a unit, e.g. {bare}d or {bare}h (w, d, h, m, s), not {text!r}")
+        raise UsageError(
+            f"{flag}: give a unit, e.g. 7d, 12h or 30m (a bare number is not read as seconds): {text!r}"
+        )
     span = parse_span(text, flag)
     if span > longest:
         raise UsageError(f"{flag}: at most {longest.days}d, got {text!r}")
