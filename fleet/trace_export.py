@@ -130,6 +130,7 @@ class _Materializing(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if time.monotonic() < self.resume_at:
             return SpanExportResult.FAILURE
+        batch = len(spans)
         if self.pause_s:  # probing a collector that refused the last batch: a few spans will do
             spans = spans[:PROBE_SPANS]
         _EXPORTER_LINES.cause = None
@@ -148,7 +149,7 @@ class _Materializing(SpanExporter):
                     "trace_export_failed",
                     endpoint=self.endpoint,
                     error=_EXPORTER_LINES.cause or _connect_error(self.endpoint, self.timeout_s),
-                    dropped_spans=len(spans),
+                    dropped_spans=batch,
                     next_try_s=self.pause_s,
                 )
         return result
