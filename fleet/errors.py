@@ -54,8 +54,8 @@ class UnknownSchedule(RequestError):
 class UnknownRun(RequestError):
     """The schedule has no run at that slot; nothing was changed."""
 
-    def __init__(self, schedule: str, slot: datetime) -> None:
-        super().__init__(f"schedule {schedule!r} has no run at {_iso(slot)}")
+    def __init__(self, schedule: str, slot: datetime, why: str = "") -> None:
+        super().__init__(f"schedule {schedule!r} has no run at {_iso(slot)}{why}")
         self.schedule = schedule
         self.slot = slot
 

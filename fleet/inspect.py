@@ -17,7 +17,7 @@ from fleet.errors import RequestError, UnknownRun, UnknownSchedule
 from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
 from fleet.results import RUN_STATUSES, Attempt, Run, RunHistory, RunStatus, ScheduleHealth, utc
-from fleet.schedule import TimingError, nominal_interval, timing_of
+from fleet.schedule import TimingError, latest_slot_at_or_before, next_slot, nominal_interval, timing_of
 
 DEFAULT_RUNS_LIMIT = 20
 
@@ -56,9 +56,27 @@ def run_get(conn: psycopg.Connection[Any], name: str, slot: datetime) -> dict[st
     slot = aware(slot, "slot")
     row: dict[str, Any] | None = conn.execute(q("run_get"), {"name": name, "slot": slot}).fetchone()
     if row is None:
-        schedule_get(conn, name)
-        raise UnknownRun(name, slot)
+        raise UnknownRun(name, slot, why_no_run(schedule_get(conn, name), slot))
     return row
+
+
+def why_no_run(schedule: dict[str, Any], slot: datetime) -> str:
+    """What to say about a slot without a run: that it is one of the schedule's slots, or the
+    schedule's slots nearest to it before and after."""
+    try:
+        timing = timing_of(schedule)
+        before = latest_slot_at_or_before(timing, slot)
+        after = next_slot(timing, slot)
+    except (TimingError, ValueError):
+        return ""
+    if before == slot:
+        return ": it is a slot of the schedule, whose run was not created (yet) or was pruned"
+    nearest = f"{_iso_or_none(before)} before and {_iso_or_none(after)} after"
+    return f": not a slot of the schedule; its nearest slots are {nearest}"
+
+
+def _iso_or_none(t: datetime | None) -> str:
+    return "none" if t is None else t.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 # -- health --------------------------------------------------------------------------------------
@@ -96,7 +114,9 @@ def health_of(row: dict[str, Any]) -> ScheduleHealth:
         quiet_s=round(numbers.quiet_s, 3),
         dead_runs=row["dead_runs"],
         oldest_pending_age_s=numbers.oldest_pending_age_s,
-        next_run_at=utc(row["next_run_at"]),
+        # a paused or disabled schedule keeps the slot it had planned but creates none: resuming (or
+        # applying it again) plans its next slot from then
+        next_run_at=utc(row["next_run_at"]) if row["enabled"] and row["paused_at"] is None else None,
         last_outcome=row["last_outcome"] or row["last_status"],
         last_run_at=utc(row["last_slot"]),
         last_success_at=utc(row["last_success_at"]),
@@ -110,6 +130,7 @@ def health_of(row: dict[str, Any]) -> ScheduleHealth:
         job_served=bool(row["job_served"]),
         paused=numbers.paused,
         pause_note=row["pause_note"],
+        paused_at=utc(row["paused_at"]),
         enabled=row["enabled"],
         numbers=numbers,
     )
@@ -162,6 +183,7 @@ def _attempt(a: dict[str, Any]) -> Attempt:
         error=a["error"],
         trace_id=a["trace_id"],
         span_id=a["span_id"],
+        traced=bool(a.get("traced", False)),
     )
 
 
@@ -184,6 +206,7 @@ def run_history(conn: psycopg.Connection[Any], schedule: str, slot: datetime) ->
                 error=None,
                 trace_id=row["trace_id"],
                 span_id=row["span_id"],
+                traced=bool(row.get("traced", False)),
             )
         )
     return RunHistory(run=Run.from_row(row), attempts=tuple(attempts))

@@ -59,7 +59,7 @@ class ScheduleHealth:
     dead_runs: int
     #: Seconds the oldest due pending run has waited; None when none waits.
     oldest_pending_age_s: float | None
-    #: The next slot the ticker will create; None when there is none.
+    #: The next slot the ticker will create; None when there is none, or while paused or disabled.
     next_run_at: datetime | None
     #: How the newest finished run ended (`done`, `dead`, `skipped`, `discarded`, ...); None if none did.
     last_outcome: str | None
@@ -87,6 +87,8 @@ class ScheduleHealth:
     #: Paused by an operator (`Client.pause`, `fleetctl pause`).
     paused: bool
     pause_note: str | None  # the operator's note from pause or resume
+    #: When an operator paused it (None: not paused).
+    paused_at: datetime | None
     #: False once the schedules file no longer has it (`apply` with prune).
     enabled: bool
     #: The numbers the verdict was made from (see `fleet.health`).
@@ -133,6 +135,9 @@ class Run:
     last_error: str | None
     #: The trace of the latest attempt.
     trace_id: str | None
+    #: Whether the latest attempt's worker exported its span (every claim makes trace ids, but only
+    #: a worker with tracing on sends spans under them).
+    traced: bool
     #: The trace and span that created the slot (the ticker's tick, or an operator's command).
     created_trace_id: str | None
     created_span_id: str | None
@@ -162,6 +167,7 @@ class Run:
             last_outcome=r["last_outcome"],
             last_error=r["last_error"],
             trace_id=r["trace_id"],
+            traced=bool(r.get("traced", False)),
             created_trace_id=r["created_trace_id"],
             created_span_id=r["created_span_id"],
         )
@@ -189,6 +195,8 @@ class Attempt:
     #: Its trace and root span.
     trace_id: str | None
     span_id: str | None
+    #: Whether its worker exported that span (a Jaeger search finds it only then).
+    traced: bool
 
     def to_json(self) -> dict[str, Any]:
         """The object `fleetctl show --json` prints for this attempt."""

@@ -37,7 +37,7 @@ GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_ticker;
 
 GRANT UPDATE (running_slot) ON fleet.schedules TO fleet_worker;
 GRANT UPDATE (status, attempts, failures, last_outcome, locked_by, locked_host, locked_pid, locked_until,
-              started_at, finished_at, last_error, run_after, trace_id, span_id)
+              started_at, finished_at, last_error, run_after, trace_id, span_id, traced)
     ON fleet.job_runs TO fleet_worker;
 GRANT INSERT ON fleet.job_attempts TO fleet_worker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_worker;

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 
@@ -26,6 +26,7 @@ from fleet.errors import (
     SchemaMissing,
 )
 from fleet.migrate import ROLES, current_version, latest_version, migrate
+from fleet.ops.printable import printable
 from fleet.schedfile import MAX_ARGS_BYTES
 
 Command = Callable[[argparse.Namespace], int]
@@ -147,10 +148,16 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """Refuses a bad command line in one line naming the argument (exit 2), like every other bad
+    input; `--help` has the usage. Subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
 def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
-    p = argparse.ArgumentParser(
-        prog="fleetctl", description="Operate a fleet: schema, schedules, health, repair."
-    )
+    p = _Parser(prog="fleetctl", description="Operate a fleet: schema, schedules, health, repair.")
     p.add_argument("--version", action="version", version=f"fleetctl {version()}")
     p.add_argument(
         "--database-url",
@@ -218,13 +225,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands[args.command](args)
     except ScheduleFileError as e:
         for line in e.problems:
-            print(f"fleetctl {args.command}: {line}", file=sys.stderr)
+            print(f"fleetctl {args.command}: {printable(line)}", file=sys.stderr)
         return 2
     except (UsageError, ConfigError, RequestError, SchemaMissing, PermissionDenied) as e:
-        print(f"fleetctl {args.command}: {e}", file=sys.stderr)
+        print(f"fleetctl {args.command}: {printable(str(e))}", file=sys.stderr)
         return 2
     except (DatabaseUnavailable, DatabaseError) as e:
-        print(f"fleetctl {args.command}: {e}", file=sys.stderr)
+        print(f"fleetctl {args.command}: {printable(str(e))}", file=sys.stderr)
         return 1
     except psycopg.errors.InsufficientPrivilege as e:
         url = args.database_url or os.environ.get("FLEET_DATABASE_URL") or ""

@@ -11,17 +11,20 @@ from typing import Any
 import orjson
 import psycopg
 
-from fleet import health, inspect
-from fleet.client import Client
-from fleet.ops.cli import UsageError, client, db
-from fleet.ops.targets import iso, parse_instant, require_schedules
+from fleet import inspect
+from fleet.ops.cli import UsageError, db
+from fleet.ops.printable import printable, printable_lines
+from fleet.ops.targets import iso, parse_count, parse_instant, require_schedules, run_row
 from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
-from fleet.results import RUN_STATUSES, ScheduleHealth
+from fleet.results import ScheduleHealth
 from fleet.telemetry import DEFAULT_JAEGER_URL, jaeger_search_url
 
+RUN_STATUSES = ("pending", "running", "done", "dead", "skipped", "discarded")
 SLOT_HELP = "the slot, ISO-8601 (e.g. 2026-11-02T10:00:00Z; no offset: UTC)"
-DEFAULT_RUNS_LIMIT = inspect.DEFAULT_RUNS_LIMIT
+DEFAULT_RUNS_LIMIT = 20
+MAX_RUNS_LIMIT = 10_000  # what one listing prints at most
+WIDTH = 100  # the columns `show` fits in (a Jaeger link excepted)
 
 
 def schedule_health(
@@ -52,10 +55,15 @@ def human(seconds: float | None) -> str:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Left-aligned columns separated by two spaces; None prints as ``-``."""
-    cells = [list(header)] + [["-" if c is None else str(c) for c in r] for r in rows]
+    """Left-aligned columns separated by two spaces; None prints as ``-``, control characters escaped."""
+    return "\n".join(table_lines(header, rows))
+
+
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """`table` as a list of lines: the header, then one line per row."""
+    cells = [list(header)] + [["-" if c is None else printable(str(c)) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
 
 
 def moment(text: str | None) -> str | None:
@@ -71,18 +79,38 @@ def print_json(value: Any) -> None:
 
 
 def _first_line(text: str | None, width: int = 100) -> str | None:
-    if not text:
+    """The first line of `text`, escaped, cut to `width` with ``...`` (``--full`` shows it whole)."""
+    lines = printable_lines(text or "")
+    if not lines:
         return None
-    line = text.strip().splitlines()[0] if text.strip() else ""
+    line = lines[0] + (" ..." if len(lines) > 1 else "")
     return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def wrapped(text: str, indent: str, width: int = WIDTH) -> list[str]:
+    """Every line of `text`, escaped, indented and cut into pieces that fit `width` columns."""
+    room = max(20, width - len(indent))
+    out = []
+    for line in printable_lines(text):
+        pieces = [line[i : i + room] for i in range(0, len(line), room)] or [""]
+        out += [f"{indent}{p}" for p in pieces]
+    return out
+
+
+def verdict_text(h: ScheduleHealth) -> str:
+    """The verdict, with PAUSED or DISABLED added when a more severe verdict hides it (``DEAD+PAUSED``),
+    and NO-WORKER naming the job no live worker serves (``NO-WORKER (job reports.nightly)``)."""
+    states = [v for v in ("PAUSED", "DISABLED") if v in h.problems and v != h.verdict]
+    text = "+".join([h.verdict, *states])
+    return f"{text} (job {h.job})" if h.verdict == "NO-WORKER" and not h.job_served else text
 
 
 # -- commands ------------------------------------------------------------------------------------
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with client(args) as c:
-        found = c.status(args.schedules or None)
+    with db(args) as conn:
+        found = schedule_health(conn, args.schedules or None)
     if args.json:
         print_json([h.to_json() for h in found])
     elif not found:
@@ -104,13 +132,13 @@ def cmd_status(args: argparse.Namespace) -> int:
                 [
                     [
                         h.name,
-                        health.verdict_text(h.verdict, h.job, h.job_served),
+                        verdict_text(h),
                         f"{human(h.since_last_success_s)} ago"
                         if h.since_last_success_s is not None
                         else "never",
                         h.dead_runs,
                         human(h.oldest_pending_age_s),
-                        iso(h.next_run_at),
+                        _next_slot_text(h),
                         h.last_outcome,
                         human(h.interval_s),
                         _first_line(h.pause_note, 60),
@@ -122,94 +150,214 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if all(h.healthy for h in found) else 1
 
 
+def _next_slot_text(h: ScheduleHealth) -> str | None:
+    if h.paused:
+        return "paused"
+    return "disabled" if not h.enabled else iso(h.next_run_at)
+
+
+def _run_json(r: dict[str, Any]) -> dict[str, Any]:
+    status = "discarded" if r["status"] == "skipped" and r["last_outcome"] == "discarded" else r["status"]
+    return {
+        "schedule": r["schedule_name"],
+        "slot": iso(r["scheduled_for"]),
+        "status": status,
+        "origin": r["origin"],
+        "job": r["job"],
+        "args": r["args"],
+        "attempts": r["attempts"],
+        "failures": r["failures"],
+        "run_after": iso(r["run_after"]),
+        "started_at": iso(r["started_at"]),
+        "finished_at": iso(r["finished_at"]),
+        "locked_by": r["locked_by"],
+        "locked_until": iso(r["locked_until"]),
+        "last_outcome": r["last_outcome"],
+        "last_error": r["last_error"],
+        "trace_id": r["trace_id"],
+        "traced": r["traced"],
+        "created_trace_id": r["created_trace_id"],
+    }
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
-    if args.limit < 1:
-        raise UsageError(f"--limit: must be at least 1, got {args.limit}")
-    with client(args) as c:
-        runs = [r.to_json() for r in c.runs(args.schedule, args.status, args.limit)]
+    """A schedule's runs (or with --all every schedule's), newest slot first."""
+    if args.all == (args.schedule is not None):
+        raise UsageError("give either SCHEDULE or --all")
+    limit = parse_count(args.limit, "--limit", high=MAX_RUNS_LIMIT)
+    status, outcome = ("skipped", "discarded") if args.status == "discarded" else (args.status, None)
+    params = {"name": args.schedule, "status": status, "outcome": outcome, "limit": limit}
+    with db(args) as conn:
+        if args.all:
+            rows = conn.execute(q("run_list_all"), params).fetchall()
+        else:
+            require_schedules(conn, [args.schedule])
+            rows = conn.execute(q("run_list"), params).fetchall()
+    runs = [_run_json(r) for r in rows]
     if args.json:
         print_json(runs)
     elif not runs:
-        print(f"no runs of {args.schedule}" + (f" with status {args.status}" if args.status else ""))
+        whose = "any schedule" if args.all else args.schedule
+        print(f"no runs of {whose}" + (f" with status {args.status}" if args.status else ""))
     else:
-        print(
-            table(
-                ["SLOT", "STATUS", "ORIGIN", "ATTEMPTS", "STARTED", "FINISHED", "OUTCOME", "ERROR"],
-                [
-                    [
-                        r["slot"],
-                        r["status"],
-                        r["origin"],
-                        r["attempts"],
-                        moment(r["started_at"]),
-                        moment(r["finished_at"]),
-                        r["last_outcome"],
-                        _first_line(r["last_error"], 60),
-                    ]
-                    for r in runs
-                ],
-            )
-        )
+        print("\n".join(runs_lines(runs, every_schedule=args.all, full=args.full)))
     return 0
 
 
+def runs_lines(runs: Sequence[dict[str, Any]], *, every_schedule: bool, full: bool) -> list[str]:
+    """The `runs` table; with `full`, each error whole (escaped, indented) under its run instead of
+    its first line cut short in the ERROR column."""
+    header = ["SLOT", "STATUS", "ORIGIN", "ATTEMPTS", "STARTED", "FINISHED", "OUTCOME"]
+    rows = [
+        [
+            r["slot"],
+            r["status"],
+            r["origin"],
+            r["attempts"],
+            moment(r["started_at"]),
+            moment(r["finished_at"]),
+            r["last_outcome"],
+        ]
+        for r in runs
+    ]
+    if every_schedule:
+        header.insert(0, "SCHEDULE")
+        for row, r in zip(rows, runs, strict=True):
+            row.insert(0, r["schedule"])
+    if not full:
+        header.append("ERROR")
+        for row, r in zip(rows, runs, strict=True):
+            row.append(_first_line(r["last_error"], 60))
+        return table_lines(header, rows)
+    lines = table_lines(header, rows)
+    out = lines[:1]
+    for line, r in zip(lines[1:], runs, strict=True):
+        out.append(line)
+        out += [f"    {text}" for text in printable_lines(r["last_error"] or "")]
+    return out
+
+
 def slot_history(
-    c: Client, schedule: str, slot: datetime, jaeger: str = DEFAULT_JAEGER_URL
+    conn: psycopg.Connection[Any], schedule: str, slot: datetime, jaeger: str = DEFAULT_JAEGER_URL
 ) -> dict[str, Any]:
     """The run at `slot` and every attempt of it, the one in flight included, and the Jaeger
     search that finds every attempt's trace."""
-    return {**c.show(schedule, slot).to_json(), "jaeger_url": jaeger_search_url(jaeger, schedule, slot)}
+    run = run_row(conn, schedule, slot)
+    attempts = [
+        {
+            "attempt": a["attempt"],
+            "worker_id": a["worker_id"],
+            "host": a["host"],
+            "pid": a["pid"],
+            "started_at": iso(a["started_at"]),
+            "finished_at": iso(a["finished_at"]),
+            "outcome": a["outcome"],
+            "error": a["error"],
+            "trace_id": a["trace_id"],
+            "span_id": a["span_id"],
+            "traced": a["traced"],
+        }
+        for a in conn.execute(q("attempt_list"), {"name": schedule, "slot": slot})
+    ]
+    if run["status"] == "running" and all(a["attempt"] != run["attempts"] for a in attempts):
+        # the current attempt is recorded in the run row until it ends
+        attempts.append(
+            {
+                "attempt": run["attempts"],
+                "worker_id": run["locked_by"],
+                "host": run.get("locked_host"),
+                "pid": run.get("locked_pid"),
+                "started_at": iso(run["started_at"]),
+                "finished_at": None,
+                "outcome": "running",
+                "error": None,
+                "trace_id": run["trace_id"],
+                "span_id": run["span_id"],
+                "traced": run["traced"],
+            }
+        )
+    # Every claim makes trace ids, but only a worker with tracing on exports spans under them.
+    traced = any(a["traced"] for a in attempts)
+    return {
+        **_run_json(run),
+        "created_span_id": run["created_span_id"],
+        "attempt_history": attempts,
+        "jaeger_url": jaeger_search_url(jaeger, schedule, slot) if traced else None,
+    }
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     slot = parse_instant(args.slot, "SLOT")
-    with client(args) as c:
-        h = slot_history(c, args.schedule, slot, jaeger_base(args))
+    with db(args) as conn:
+        h = slot_history(conn, args.schedule, slot, jaeger_base(args))
     if args.json:
         print_json(h)
-        return 0
-    print(
-        f"{h['schedule']} @ {h['slot']}: {h['status']} (origin {h['origin']}, job {h['job']}, "
-        f"{h['attempts']} attempt(s), {h['failures']} counted as failures)"
-    )
-    if h["status"] == "pending":
-        print(f"due at {h['run_after']}")
-    if h["last_error"]:
-        print(f"last error: {h['last_error'].strip()}")
-    if h["created_trace_id"]:
-        print(f"created by trace {h['created_trace_id']}")
-    if not h["attempt_history"]:
-        print("no attempt yet")
-        return 0
-    print(
-        table(
-            ["ATTEMPT", "WORKER", "HOST", "PID", "STARTED", "ENDED", "OUTCOME", "TRACE", "SPAN", "ERROR"],
-            [
-                [
-                    a["attempt"],
-                    a["worker_id"],
-                    a["host"],
-                    a["pid"],
-                    moment(a["started_at"]),
-                    moment(a["finished_at"]),
-                    a["outcome"],
-                    a["trace_id"],
-                    a["span_id"],
-                    _first_line(a["error"]),
-                ]
-                for a in h["attempt_history"]
-            ],
-        )
-    )
-    print(f"jaeger: {h['jaeger_url']}")
+    else:
+        # every line escaped whole: besides handler text, any column could hold what a writer put there
+        print("\n".join(map(printable, show_lines(h))))
     return 0
+
+
+def show_lines(h: dict[str, Any]) -> list[str]:
+    """A slot's history for people: the run, then one block per attempt, within WIDTH columns (a
+    Jaeger link excepted)."""
+    out = [
+        f"{h['schedule']} @ {h['slot']}: {h['status']}",
+        f"  origin {h['origin']} · job {printable(h['job'])}",
+        f"  {h['attempts']} attempt(s), {h['failures']} counted as failures",
+    ]
+    if h["status"] == "pending":
+        out.append(f"  due at {h['run_after']}")
+    if h["created_trace_id"]:
+        out.append(f"  created by trace {h['created_trace_id']} span {h['created_span_id'] or '-'}")
+    if h["last_error"]:
+        out += ["last error:", *wrapped(h["last_error"], "  ")]
+    if not h["attempt_history"]:
+        out.append("no attempt yet")
+    for a in h["attempt_history"]:
+        out += attempt_block(a)
+    if h["attempt_history"]:
+        out.append(_jaeger_line(h))
+    return out
+
+
+def _jaeger_line(h: dict[str, Any]) -> str:
+    if h["jaeger_url"]:
+        return f"jaeger: {h['jaeger_url']}"
+    if h["attempt_history"]:
+        return "jaeger: no attempt of this slot was traced (its workers ran with tracing off)"
+    return "jaeger: no attempt yet"
+
+
+def attempt_block(a: dict[str, Any]) -> list[str]:
+    """One attempt of `show`: its outcome, who ran it, when, its trace, its error."""
+    where = " · ".join(
+        f"{k} {printable(str(v))}" for k, v in (("host", a["host"]), ("pid", a["pid"])) if v is not None
+    )
+    took = ""
+    if a["started_at"] and a["finished_at"]:
+        seconds = (
+            datetime.fromisoformat(a["finished_at"]) - datetime.fromisoformat(a["started_at"])
+        ).total_seconds()
+        took = f" · took {human(max(0.0, seconds))}"
+    lines = [
+        f"attempt {a['attempt']}: {a['outcome'] or 'unknown'}",
+        f"  worker   {printable(a['worker_id'] or '-')}" + (f" · {where}" if where else ""),
+        f"  started  {moment(a['started_at']) or '-'} · ended {moment(a['finished_at']) or '-'}{took}",
+        f"  trace    {a['trace_id'] or '-'} · span {a['span_id'] or '-'}"
+        + ("" if a["traced"] else " · not traced"),
+    ]
+    if a["error"]:
+        first = _first_line(a["error"], WIDTH - 11)
+        lines.append(f"  error    {first}")
+    return lines
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
     """Each attempt's trace and span ids, and the Jaeger search for the slot."""
     slot = parse_instant(args.slot, "SLOT")
-    with client(args) as c:
-        h = slot_history(c, args.schedule, slot, jaeger_base(args))
+    with db(args) as conn:
+        h = slot_history(conn, args.schedule, slot, jaeger_base(args))
     if args.json:
         print_json(
             {
@@ -218,30 +366,32 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 "jaeger_url": h["jaeger_url"],
                 "created_trace_id": h["created_trace_id"],
                 "attempts": [
-                    {k: a[k] for k in ("attempt", "worker_id", "outcome", "trace_id", "span_id")}
+                    {k: a[k] for k in ("attempt", "worker_id", "outcome", "trace_id", "span_id", "traced")}
                     for a in h["attempt_history"]
                 ],
             }
         )
         return 0
-    if h["created_trace_id"]:
-        print(f"created by: trace {h['created_trace_id']} span {h['created_span_id']}")
-    for a in h["attempt_history"]:
-        print(
-            f"attempt {a['attempt']}: trace {a['trace_id']} span {a['span_id']} "
-            f"({a['outcome']}, {a['worker_id']})"
-        )
-    print(f"jaeger: {h['jaeger_url']}")
+    lines = (
+        [f"created by: trace {h['created_trace_id']} span {h['created_span_id']}"]
+        if h["created_trace_id"]
+        else []
+    )
+    lines += [
+        f"attempt {a['attempt']}: trace {a['trace_id']} span {a['span_id']} "
+        f"({a['outcome']}, {a['worker_id']})" + ("" if a["traced"] else " · not traced")
+        for a in h["attempt_history"]
+    ]
+    print("\n".join(map(printable, [*lines, _jaeger_line(h)])))
     return 0
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
     """Dead runs waiting for an operator (retry or discard), across schedules."""
+    limit = parse_count(args.limit, "--limit", high=MAX_RUNS_LIMIT)
     with db(args) as conn:
         require_schedules(conn, args.schedules)
-        rows = conn.execute(
-            q("run_dead_list"), {"names": list(args.schedules), "limit": args.limit}
-        ).fetchall()
+        rows = conn.execute(q("run_dead_list"), {"names": list(args.schedules), "limit": limit}).fetchall()
     runs = [
         {
             "schedule": r["schedule_name"],
@@ -344,11 +494,18 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("schedules", nargs="*", metavar="SCHEDULE", help="only these schedules (default: all)")
     p.add_argument("--json", action="store_true", help="a JSON list, durations in seconds")
 
-    p = sub.add_parser("runs", help="a schedule's runs, newest slot first")
-    p.add_argument("schedule", metavar="SCHEDULE")
+    p = sub.add_parser("runs", help="a schedule's runs (or every schedule's), newest slot first")
+    p.add_argument("schedule", metavar="SCHEDULE", nargs="?")
+    p.add_argument("--all", action="store_true", help="the newest runs of every schedule, instead of one's")
     p.add_argument("--status", choices=RUN_STATUSES, help="only runs with this status")
     p.add_argument(
-        "--limit", type=int, default=DEFAULT_RUNS_LIMIT, help=f"at most N runs ({DEFAULT_RUNS_LIMIT})"
+        "--limit",
+        default=str(DEFAULT_RUNS_LIMIT),
+        metavar="N",
+        help=f"at most N runs, 1 to {MAX_RUNS_LIMIT} ({DEFAULT_RUNS_LIMIT})",
+    )
+    p.add_argument(
+        "--full", action="store_true", help="each run's error whole, under the run (default: its first line)"
     )
     p.add_argument("--json", action="store_true", help="a JSON list")
 
@@ -368,7 +525,10 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p = sub.add_parser("dead", help="dead runs waiting for retry or discard; exit 1 when there are any")
     p.add_argument("schedules", nargs="*", metavar="SCHEDULE", help="only these schedules (default: all)")
     p.add_argument(
-        "--limit", type=int, default=DEFAULT_RUNS_LIMIT, help=f"at most N runs ({DEFAULT_RUNS_LIMIT})"
+        "--limit",
+        default=str(DEFAULT_RUNS_LIMIT),
+        metavar="N",
+        help=f"at most N runs, 1 to {MAX_RUNS_LIMIT} ({DEFAULT_RUNS_LIMIT})",
     )
     p.add_argument("--json", action="store_true", help="a JSON list")
 

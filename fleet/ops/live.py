@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,11 +12,27 @@ from typing import Any
 import psycopg
 
 from fleet.ops.control import ProcInfo
-from fleet.ops.inspect import schedule_health
+from fleet.ops.inspect import live_processes, schedule_health, verdict_text
+from fleet.ops.printable import printable
 from fleet.queries import q
 
-COLUMNS = ("SCHEDULE", "VERDICT", "LAST SLOT", "NEXT", "PENDING", "RUNNING", "DONE/1h", "RETRIED/1h",
-           "DEAD", "SKIPPED/1h")
+COLUMNS = (
+    "SCHEDULE",
+    "VERDICT",
+    "LAST SLOT",
+    "NEXT",
+    "PENDING",
+    "RUNNING",
+    "DONE/1h",
+    "RETRIED/1h",
+    "DEAD",
+    "SKIPPED/1h",
+)
+
+
+# A next slot this little past due is being created by the ticker right now, not late.
+DUE_NOW_S = 5.0
+UP_STATES = ("RUNNING", "STARTING")
 
 
 @dataclass
@@ -25,17 +42,27 @@ class Snapshot:
     schedules: list[dict[str, Any]] = field(default_factory=list)
     seen: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind -> counts, from the database
     processes: list[ProcInfo] = field(default_factory=list)  # from supervisord
+    runs_here: int | None = None  # runs held by this host's workers, by the database
     db_error: str | None = None
     sv_error: str | None = None
 
 
 def read_database(conn: psycopg.Connection[Any], snap: Snapshot) -> None:
-    """Each schedule's runs by status with its `fleetctl status` verdict, and the processes seen."""
-    verdicts = {h.name: h.verdict for h in schedule_health(conn)}
+    """Each schedule's runs by status with its `fleetctl status` verdict, the processes seen, and the
+    runs that the workers of `snap.processes` hold."""
+    health = {h.name: h for h in schedule_health(conn)}
     snap.schedules = conn.execute(q("schedule_overview")).fetchall()
     for row in snap.schedules:
-        row["verdict"] = verdicts.get(row["name"], "-")
+        h = health.get(row["name"])
+        row["verdict"] = verdict_text(h) if h else "-"
+        row["state"] = ("paused" if h.paused else None if h.enabled else "disabled") if h else None
     snap.seen = {r["kind"]: r for r in conn.execute(q("process_overview"))}
+    pids = {p.pid for p in snap.processes if p.slot is not None and p.pid}
+    host = socket.gethostname()
+    mine = [
+        p for p in live_processes(conn) if p["kind"] == "worker" and p["host"] == host and p["pid"] in pids
+    ]
+    snap.runs_here = sum(p["running"] for p in mine)
 
 
 def _ago(seconds: float | None) -> str:
@@ -47,7 +74,9 @@ def _ago(seconds: float | None) -> str:
 def _in(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    return f"in {_span(seconds)}" if seconds >= 0 else f"{_span(-seconds)} late"
+    if seconds >= 1:
+        return f"in {_span(seconds)}"
+    return "due now" if seconds > -DUE_NOW_S else f"{_span(-seconds)} late"
 
 
 def _span(seconds: float) -> str:
@@ -64,11 +93,14 @@ def _span(seconds: float) -> str:
 def schedule_cells(row: dict[str, Any]) -> list[str]:
     last = f"{_ago(row['last_ago_s'])} {row['last_status']}" if row["last_status"] else "-"
     counts = (row[k] for k in ("pending", "running", "done", "retried", "dead", "skipped"))
-    return [row["name"], row["verdict"], last, _in(row["next_in_s"]), *map(str, counts)]
+    # a paused or disabled schedule plans no slot: the one it had is not coming
+    nxt = row.get("state") or _in(row["next_in_s"])
+    return [printable(row["name"]), row["verdict"], last, nxt, *map(str, counts)]
 
 
 def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+
     def line(r: Sequence[str]) -> str:
         cells = (c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
         return "  ".join(cells).rstrip()
@@ -76,50 +108,80 @@ def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     return [line(r) for r in rows]
 
 
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def host_line(processes: Sequence[ProcInfo]) -> str:
+    """supervisord's view of this host: the ticker and workers up (started or starting: a process
+    registers in the database while supervisord still calls it starting), and how many workers
+    `fleetctl scale` may run (supervisord's worker slots)."""
+    workers = [p for p in processes if p.slot is not None]
+    up = [p for p in processes if p.state in UP_STATES]
+    tickers = sum(p.slot is None for p in up)
+    starting = sum(p.state == "STARTING" for p in up)
+    line = f"this host: {_count(tickers, 'ticker')}, {_count(len(up) - tickers, 'worker')}"
+    line += f" ({starting} starting)" if starting else ""
+    return f"{line}; `fleetctl scale N` runs up to {len(workers)}"
+
+
 def process_summary(snap: Snapshot) -> list[str]:
     """Lines about processes: supervisord's view of this host, the database's view of every host."""
     lines = []
     if snap.sv_error:
-        lines.append(f"supervisord: {snap.sv_error}")
+        lines.append(f"supervisord: {printable(snap.sv_error)}")
     else:
-        tickers = [p for p in snap.processes if p.slot is None]
-        workers = [p for p in snap.processes if p.slot is not None]
-        running = [p for p in workers if p.state == "RUNNING"]
-        other = [p for p in tickers + workers if p.state not in ("RUNNING", "STOPPED")]
-        lines.append(
-            f"this host: {sum(p.state == 'RUNNING' for p in tickers)}/{len(tickers)} ticker running, "
-            f"{len(running)} worker{'' if len(running) == 1 else 's'} running "
-            f"({len(workers)} slots; `fleetctl scale N` changes it)"
-        )
-        lines += [f"  {p.name} {p.state} {p.description}".rstrip() for p in other]
+        lines.append(host_line(snap.processes))
+        lines += [
+            f"  {p.name} {p.state} {printable(p.description)}".rstrip()
+            for p in snap.processes
+            if p.state not in (*UP_STATES, "STOPPED")
+        ]
     seen = ", ".join(
-        f"{r['n']} {kind}{'' if r['n'] == 1 else 's'} on {r['hosts']} host{'' if r['hosts'] == 1 else 's'}"
-        for kind, r in sorted(snap.seen.items())
+        f"{_count(r['n'], kind)} on {_count(r['hosts'], 'host')}" for kind, r in sorted(snap.seen.items())
     )
     if not snap.db_error:
-        lines.append(f"in the database: {seen or 'no live process'}")
+        # a process registers a moment after it starts: say so rather than contradict the line above
+        starting = not snap.sv_error and any(p.state == "STARTING" for p in snap.processes)
+        lines.append(f"in the database: {seen or ('no live process yet' if starting else 'no live process')}")
     return lines
+
+
+def stopping_line(processes: Sequence[ProcInfo], runs_here: int | None, wait_s: int) -> str:
+    """What `fleetctl up` says on Ctrl-C: the worker processes that stop, apart from the runs they
+    hold (when the database said), and how long that may take."""
+    workers = sum(p.slot is not None and p.state in UP_STATES for p in processes)
+    if runs_here is None:
+        runs = f"their runs finish or are handed back, up to {wait_s}s"
+    elif runs_here == 0:
+        runs = "no run in progress"
+    else:
+        runs = f"{_count(runs_here, 'run')} in progress: finished or handed back, up to {wait_s}s"
+    return (
+        f"stopping {_count(workers, 'worker process', 'worker processes')} ({runs}), then the ticker; "
+        "Ctrl-C again to kill at once"
+    )
 
 
 def frame(snap: Snapshot, header: str) -> list[str]:
     """The full view, as lines."""
     out = [header, ""]
     if snap.db_error:
-        out.append(f"database: {snap.db_error}")
+        out.append(f"database: {printable(snap.db_error)}")
     elif not snap.schedules:
         out.append("no schedules yet: add some with `fleetctl apply FILE.toml`")
     else:
         out += _table([COLUMNS, *(schedule_cells(r) for r in snap.schedules)])
     out.append("")
     out += process_summary(snap)
-    return out
+    return [printable(line) for line in out]
 
 
 def plain_lines(snap: Snapshot) -> list[str]:
     """The view as log lines (stdout is not a terminal): one per schedule, one for processes."""
     stamp = time.strftime("%H:%M:%S")
     if snap.db_error:
-        lines = [f"{stamp} database: {snap.db_error}"]
+        lines = [f"{stamp} database: {printable(snap.db_error)}"]
     else:
         lines = [
             f"{stamp} schedule={c[0]} verdict={c[1]} last={c[2].replace(' ', '_')} "
@@ -128,7 +190,7 @@ def plain_lines(snap: Snapshot) -> list[str]:
             for c in (schedule_cells(r) for r in snap.schedules)
         ]
     lines += [f"{stamp} {line.strip()}" for line in process_summary(snap)]
-    return lines
+    return [printable(line) for line in lines]
 
 
 class Screen:

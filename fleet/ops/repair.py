@@ -20,7 +20,7 @@ import psycopg
 
 from fleet.client import Client
 from fleet.ops.cli import UsageError, client, db
-from fleet.ops.targets import iso, parse_instant, parse_span, schedule_row
+from fleet.ops.targets import iso, parse_age, parse_count, parse_instant, schedule_row
 from fleet.queries import q
 from fleet.schedule import slots_between, timing_of
 
@@ -30,6 +30,8 @@ MAX_BACKFILL_SLOTS = 10_000
 # between them so that the workers' commits do not queue behind a stream of prune WAL.
 PRUNE_BATCH = 5_000
 PRUNE_PAUSE_S = 0.02
+MAX_PRUNE_BATCH = 100_000
+MAX_PRUNE_AGE = timedelta(days=36_500)
 
 
 def _wake_workers(conn: psycopg.Connection[Any]) -> None:
@@ -82,6 +84,55 @@ class PruneResult:
     runs: int = 0
     attempts: int = 0
     batches: int = 0
+    # the runs by what they were: done, skipped, and discarded (dead runs an operator discarded)
+    done: int = 0
+    skipped: int = 0
+    discarded: int = 0
+
+    def add(self, row: dict[str, Any]) -> None:
+        for k in ("runs", "attempts", "done", "skipped", "discarded"):
+            setattr(self, k, getattr(self, k) + int(row[k]))
+
+
+def _prune_scope(
+    conn: psycopg.Connection[Any], older_than: timedelta, schedule: str | None, now: datetime | None
+) -> tuple[PruneResult, dict[str, Any]]:
+    """The cutoff, and the statement parameters naming what pruning never deletes: per schedule
+    the newest successful and the newest finished run."""
+    if schedule is not None:
+        schedule_row(conn, schedule)
+    clock = conn.execute(q("schedule_db_now"), {"now": now}).fetchone()
+    assert clock is not None
+    db_now: datetime = clock["now"]
+    result = PruneResult(cutoff=db_now - older_than)
+    keep_names: list[str] = []
+    keep_slots: list[datetime] = []
+    for k in conn.execute(q("run_prune_keep"), {"schedule": schedule}):
+        for slot in {k["done_slot"], k["finished_slot"]} - {None}:
+            keep_names.append(k["name"])
+            keep_slots.append(slot)
+    params = {
+        "cutoff": result.cutoff,
+        "schedule": schedule,
+        "keep_names": keep_names,
+        "keep_slots": keep_slots,
+    }
+    return result, params
+
+
+def run_prune_count(
+    conn: psycopg.Connection[Any],
+    older_than: timedelta,
+    *,
+    schedule: str | None = None,
+    now: datetime | None = None,
+) -> PruneResult:
+    """What `run_prune` with the same arguments would delete now, counted; nothing is deleted."""
+    result, params = _prune_scope(conn, older_than, schedule, now)
+    row = conn.execute(q("run_prune_count"), params).fetchone()
+    assert row is not None
+    result.add(row)
+    return result
 
 
 def run_prune(
@@ -97,38 +148,16 @@ def run_prune(
     """Delete runs that finished more than `older_than` ago (done, skipped, discarded; never an
     unacknowledged dead run) with their attempts, in batches of `batch`, each its own short
     transaction that skips locked rows. The newest successful and the newest finished run of each
-    schedule are always kept, so health stays computable.
+    schedule are always kept, so health stays computable. The result counts what was deleted.
     """
-    if schedule is not None:
-        schedule_row(conn, schedule)
-    clock = conn.execute(q("schedule_db_now"), {"now": now}).fetchone()
-    assert clock is not None
-    db_now: datetime = clock["now"]
-    result = PruneResult(cutoff=db_now - older_than)
-    keep_names: list[str] = []
-    keep_slots: list[datetime] = []
-    for k in conn.execute(q("run_prune_keep"), {"schedule": schedule}):
-        for slot in {k["done_slot"], k["finished_slot"]} - {None}:
-            keep_names.append(k["name"])
-            keep_slots.append(slot)
-    after = datetime.min.replace(tzinfo=db_now.tzinfo)
+    result, params = _prune_scope(conn, older_than, schedule, now)
+    after = datetime.min.replace(tzinfo=result.cutoff.tzinfo)
     while True:
-        row = conn.execute(
-            q("run_prune"),
-            {
-                "cutoff": result.cutoff,
-                "after": after,
-                "schedule": schedule,
-                "limit": batch,
-                "keep_names": keep_names,
-                "keep_slots": keep_slots,
-            },
-        ).fetchone()
+        row = conn.execute(q("run_prune"), {**params, "after": after, "limit": batch}).fetchone()
         assert row is not None
         if not row["runs"]:
             return result
-        result.runs += row["runs"]
-        result.attempts += row["attempts"]
+        result.add(row)
         result.batches += 1
         # the next batch starts where this one ended: the index scan need not step over the
         # entries of rows deleted a moment ago
@@ -239,17 +268,33 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    older_than = parse_span(args.older_than, "--older-than")
-    if args.batch < 1:
-        raise UsageError(f"--batch: must be at least 1, got {args.batch}")
+    older_than = parse_age(args.older_than, "--older-than", MAX_PRUNE_AGE)
+    batch = parse_count(args.batch, "--batch", high=MAX_PRUNE_BATCH)
     started = time.monotonic()
     with db(args) as conn:
-        r = run_prune(conn, older_than, schedule=args.schedule, batch=args.batch)
-    print(
-        f"pruned {r.runs} run(s) and {r.attempts} attempt(s) finished before {iso(r.cutoff)} "
-        f"in {r.batches} batch(es), {time.monotonic() - started:.1f}s"
-    )
+        if args.dry_run:
+            r = run_prune_count(conn, older_than, schedule=args.schedule)
+        else:
+            r = run_prune(conn, older_than, schedule=args.schedule, batch=batch)
+    print(prune_summary(r, dry_run=args.dry_run, elapsed_s=time.monotonic() - started))
     return 0
+
+
+def prune_summary(r: PruneResult, *, dry_run: bool, elapsed_s: float) -> str:
+    """What prune deleted (or with `dry_run` would delete), by status."""
+    what = f"{r.runs} run(s) and {r.attempts} attempt(s) finished before {iso(r.cutoff)}"
+    kinds = ", ".join(
+        f"{n} {label}"
+        for n, label in (
+            (r.done, "done"),
+            (r.skipped, "skipped"),
+            (r.discarded, "discarded (dead runs an operator discarded, with their errors)"),
+        )
+        if n
+    )
+    if dry_run:
+        return f"would prune {what}" + (f": {kinds}" if kinds else "") + "; nothing deleted (--dry-run)"
+    return f"pruned {what} in {r.batches} batch(es), {elapsed_s:.1f}s" + (f": {kinds}" if kinds else "")
 
 
 def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -321,12 +366,26 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "prune",
         help="delete old finished runs and their attempts, in short batches",
         description="Deletes done, skipped and discarded runs that finished more than DURATION ago, with "
-        "their attempts, in short transactions that never wait for a lock. Dead runs nobody discarded stay, "
-        "and so do the newest successful and the newest finished run of each schedule.",
+        "their attempts, in short transactions that never wait for a lock, and says how many of each it "
+        "deleted. Dead runs nobody discarded stay, and so do the newest successful and the newest finished "
+        "run of each schedule.",
     )
-    p.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 7d, 12h, 30m")
+    p.add_argument(
+        "--older-than",
+        required=True,
+        metavar="DURATION",
+        help=f"with its unit: e.g. 7d, 12h, 30m (w, d, h, m, s; at most {MAX_PRUNE_AGE.days}d)",
+    )
     p.add_argument("--schedule", metavar="SCHEDULE", help="only this schedule's runs")
-    p.add_argument("--batch", type=int, default=PRUNE_BATCH, help=f"runs per transaction ({PRUNE_BATCH})")
+    p.add_argument(
+        "--batch",
+        default=str(PRUNE_BATCH),
+        metavar="N",
+        help=f"runs per transaction, 1 to {MAX_PRUNE_BATCH} ({PRUNE_BATCH})",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="say what would be deleted, by status; delete nothing"
+    )
     return {
         "retry": cmd_retry,
         "discard": cmd_discard,

@@ -3,14 +3,18 @@ line, checked against the database, and written back in the same notation."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
+from fleet.inspect import why_no_run
 from fleet.ops.cli import UsageError
 from fleet.queries import q
 from fleet.schedule import TimingError, parse_duration
+
+_BARE_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def parse_instant(text: str, flag: str) -> datetime:
@@ -28,6 +32,31 @@ def parse_span(text: str, flag: str) -> timedelta:
         return parse_duration(text, flag)
     except TimingError as e:
         raise UsageError(str(e)) from None
+
+
+def parse_age(text: str, flag: str, longest: timedelta) -> timedelta:
+    """A duration with its unit (``7d``, ``12h``, ``90s``): a bare number is refused rather than read
+    as seconds, and so is anything longer than `longest`."""
+    bare = text.strip()
+    if _BARE_NUMBER.fullmatch(bare):
+        raise UsageError(
+            f"{flag}: give a unit, e.g. 7d, 12h or 30m (a bare number is not read as seconds): {text!r}"
+        )
+    span = parse_span(text, flag)
+    if span > longest:
+        raise UsageError(f"{flag}: at most {longest.days}d, got {text!r}")
+    return span
+
+
+def parse_count(text: str, flag: str, low: int = 1, high: int = 10_000) -> int:
+    """A whole number from `low` to `high` given to `flag`; UsageError naming the flag otherwise."""
+    try:
+        value = int(text.strip(), 10)
+    except ValueError:
+        raise UsageError(f"{flag}: not a whole number: {text!r}") from None
+    if not low <= value <= high:
+        raise UsageError(f"{flag}: must be from {low} to {high}, got {value}")
+    return value
 
 
 def iso(value: datetime | None) -> str | None:
@@ -59,6 +88,9 @@ def run_row(conn: psycopg.Connection[Any], name: str, slot: datetime) -> dict[st
     """The run of `name` at `slot`; UsageError naming both when the schedule or the run is unknown."""
     row: dict[str, Any] | None = conn.execute(q("run_get"), {"name": name, "slot": slot}).fetchone()
     if row is None:
-        schedule_row(conn, name)
-        raise UsageError(f"schedule {name!r} has no run at {iso(slot)}")
+        raise UsageError(
+            f"schedule {name!r} has no run at {iso(slot)}{why_no_run(schedule_row(conn, name), slot)}"
+        )
     return row
+
+

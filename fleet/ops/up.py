@@ -65,8 +65,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     lock = UpLock(fleet_dir / "up.lock")
     holder = lock.acquire()
     if holder is not None:
-        raise UsageError(f"a fleet is already up in this directory (fleetctl up, pid {holder}); "
-                         "stop it with Ctrl-C there, or change its size with `fleetctl scale N`")
+        raise UsageError(
+            f"a fleet is already up in this directory (fleetctl up, pid {holder}); "
+            "stop it with Ctrl-C there, or change its size with `fleetctl scale N`"
+        )
     try:
         return Up(args, base, fleet_dir).run()
     finally:
@@ -158,6 +160,7 @@ class Up:
         self.sv_proc: subprocess.Popen[bytes] | None = None
         self.sv: Supervisor | None = None
         self.known: list[ProcInfo] = []
+        self.runs_here: int | None = None  # held by this host's workers, as the live view last read it
         self.opts: SupervisorOptions | None = None
         self.dashboard: RunningDashboard | None = None
 
@@ -292,14 +295,18 @@ class Up:
             source = self.args.schedules
         r = apply_specs(conn, specs, prune=False)
         changed = len(r.created) + len(r.updated) + len(r.replanned)
-        self._say(f"applied {source}: {len(r.created)} created, {changed - len(r.created)} changed, "
-                  f"{len(r.unchanged)} unchanged")
+        self._say(
+            f"applied {source}: {len(r.created)} created, {changed - len(r.created)} changed, "
+            f"{len(r.unchanged)} unchanged"
+        )
 
     def _warn_unserved(self, conn: psycopg.Connection[Any], served: set[str]) -> None:
         for row in conn.execute(q("schedule_jobs")):
             if row["job"] not in served:
-                self._say(f"warning: no worker here runs job {row['job']!r} (schedules: "
-                          f"{', '.join(row['schedules'])}); give its module with --app")
+                self._say(
+                    f"warning: no worker here runs job {row['job']!r} (schedules: "
+                    f"{', '.join(row['schedules'])}); give its module with --app"
+                )
 
     def _write_config(self, url: str, apps: list[str], jobs_file: str | None) -> None:
         self.logs.mkdir(exist_ok=True)
@@ -337,8 +344,13 @@ class Up:
         with open(self.logs / "supervisord.out", "ab") as out:
             # Its own session: a Ctrl-C in this terminal reaches only `up`, which stops things in order.
             self.sv_proc = subprocess.Popen(
-                [*cmd, "-n", "-c", str(self.conf_path)], cwd=self.base, stdin=subprocess.DEVNULL,
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+                [*cmd, "-n", "-c", str(self.conf_path)],
+                cwd=self.base,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         self.sv = Supervisor(f"unix://{self.opts.socket}")
         end = time.monotonic() + _READY_TIMEOUT_S
@@ -349,10 +361,13 @@ class Up:
             except SupervisorUnavailable:
                 if self.sv_proc.poll() is not None or time.monotonic() > end:
                     raise SupervisorUnavailable(
-                        f"supervisord did not start; see {self.logs / 'supervisord.out'}") from None
+                        f"supervisord did not start; see {self.logs / 'supervisord.out'}"
+                    ) from None
                 time.sleep(0.1)
-        self._say(f"supervisord (pid {self.sv_proc.pid}) starts 1 ticker and {self.opts.workers} workers; "
-                  f"logs in {self.logs}")
+        self._say(
+            f"supervisord (pid {self.sv_proc.pid}) starts 1 ticker and {self.opts.workers} workers; "
+            f"logs in {self.logs}"
+        )
 
     def _start_dashboard(self, url: str) -> None:
         """The web dashboard beside the live view, on a thread of this process; a port already taken
@@ -377,9 +392,7 @@ class Up:
         if proc.poll() is None:
             with contextlib.suppress(SupervisorUnavailable):
                 self.known = sv.processes()
-            busy = sum(1 for p in self.known if p.slot is not None and p.state in ("RUNNING", "STARTING"))
-            self._say(f"stopping: workers finish or hand back their runs ({busy} running, up to "
-                      f"{self.opts.stopwaitsecs}s), then the ticker stops; Ctrl-C again to kill at once")
+            self._say(live.stopping_line(self.known, self.runs_here, self.opts.stopwaitsecs))
             try:
                 sv.shutdown()
             except Exception:  # noqa: BLE001 - SIGTERM asks supervisord for the same orderly shutdown
@@ -419,8 +432,10 @@ class Up:
                 if self.sv_proc.poll() is not None:
                     self._leave(screen)
                     screen = None
-                    self._say(f"supervisord exited (code {self.sv_proc.returncode}); "
-                              f"see {self.logs / 'supervisord.log'}")
+                    self._say(
+                        f"supervisord exited (code {self.sv_proc.returncode}); "
+                        f"see {self.logs / 'supervisord.log'}"
+                    )
                     return 1
                 snap = live.Snapshot()
                 try:
@@ -431,6 +446,7 @@ class Up:
                     if conn is None or conn.closed:
                         conn = connect(url, "fleetctl up view")
                     live.read_database(conn, snap)
+                    self.runs_here = snap.runs_here
                 except Exception as e:  # noqa: BLE001 - shown in the view, retried next frame
                     snap.db_error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                     if conn is not None:
@@ -439,8 +455,10 @@ class Up:
                 self._annotate_failures(snap)
                 if screen is not None:
                     web = f" · dashboard {self.dashboard.address}" if self.dashboard else ""
-                    header = (f"fleet up · database {db_label}{web} · {time.strftime('%H:%M:%S')} · "
-                              "Ctrl-C stops everything")
+                    header = (
+                        f"fleet up · database {db_label}{web} · {time.strftime('%H:%M:%S')} · "
+                        "Ctrl-C stops everything"
+                    )
                     screen.draw(live.frame(snap, header))
                     self.stop.wait(_TTY_REFRESH_S)
                 else:

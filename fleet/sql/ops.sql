@@ -91,6 +91,24 @@ WHERE r.schedule_name = %(name)s
 ORDER BY r.scheduled_for DESC
 LIMIT %(limit)s
 
+-- name: run_list_all
+-- The newest runs of every schedule: each schedule's newest first (walking its primary key
+-- backwards), then the newest of those, so the work is bounded by schedules times the limit, however
+-- many finished runs the table holds.
+SELECT x.*
+FROM fleet.schedules s
+CROSS JOIN LATERAL (
+    SELECT r.*, r.status::text AS status
+    FROM fleet.job_runs r
+    WHERE r.schedule_name = s.name
+      AND (%(status)s::fleet.run_status IS NULL OR r.status = %(status)s::fleet.run_status)
+      AND (%(outcome)s::text IS NULL OR r.last_outcome = %(outcome)s)
+    ORDER BY r.scheduled_for DESC
+    LIMIT %(limit)s
+) x
+ORDER BY x.scheduled_for DESC, x.schedule_name
+LIMIT %(limit)s
+
 -- name: run_get
 SELECT r.*, r.status::text AS status FROM fleet.job_runs r
 WHERE r.schedule_name = %(name)s AND r.scheduled_for = %(slot)s
@@ -203,12 +221,13 @@ WHERE %(schedule)s::text IS NULL OR s.name = %(schedule)s
 -- name: run_prune
 -- One batch: finished runs (done, skipped, discarded; never an unacknowledged dead run) that
 -- finished before the cutoff, oldest first from `after` on, with their attempts. Rows another
--- transaction holds are skipped, never waited for.
+-- transaction holds are skipped, never waited for. The runs deleted are counted by what they were.
 WITH keep AS (
     SELECT * FROM unnest(%(keep_names)s::text[], %(keep_slots)s::timestamptz[]) AS k(name, slot)
 ),
 batch AS (
-    SELECT r.schedule_name, r.scheduled_for, r.finished_at
+    SELECT r.schedule_name, r.scheduled_for, r.finished_at,
+           CASE WHEN r.last_outcome = 'discarded' THEN 'discarded' ELSE r.status::text END AS kind
     FROM fleet.job_runs r
     WHERE r.status IN ('done', 'dead', 'skipped') AND r.status <> 'dead'
       AND r.finished_at < %(cutoff)s AND r.finished_at >= %(after)s
@@ -228,10 +247,31 @@ runs AS (
     DELETE FROM fleet.job_runs r
     USING batch b
     WHERE r.schedule_name = b.schedule_name AND r.scheduled_for = b.scheduled_for
-    RETURNING b.finished_at
+    RETURNING b.finished_at, b.kind
 )
-SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM attempts) AS attempts,
-       (SELECT max(finished_at) FROM runs) AS last_finished_at
+SELECT x.*, (SELECT count(*) FROM attempts) AS attempts
+FROM (SELECT count(*) AS runs, count(*) FILTER (WHERE kind = 'done') AS done,
+             count(*) FILTER (WHERE kind = 'skipped') AS skipped,
+             count(*) FILTER (WHERE kind = 'discarded') AS discarded,
+             max(finished_at) AS last_finished_at
+      FROM runs) x
+
+-- name: run_prune_count
+-- What run_prune would delete (the same rows, by what they are, with their attempts), deleting nothing.
+WITH keep AS (
+    SELECT * FROM unnest(%(keep_names)s::text[], %(keep_slots)s::timestamptz[]) AS k(name, slot)
+)
+SELECT count(*) AS runs, count(*) FILTER (WHERE r.status = 'done') AS done,
+       count(*) FILTER (WHERE r.status = 'skipped' AND r.last_outcome IS DISTINCT FROM 'discarded') AS skipped,
+       count(*) FILTER (WHERE r.status = 'skipped' AND r.last_outcome = 'discarded') AS discarded,
+       coalesce(sum((SELECT count(*) FROM fleet.job_attempts a
+                     WHERE a.schedule_name = r.schedule_name AND a.scheduled_for = r.scheduled_for)), 0)::bigint
+           AS attempts
+FROM fleet.job_runs r
+WHERE r.status IN ('done', 'dead', 'skipped') AND r.status <> 'dead'
+  AND r.finished_at < %(cutoff)s
+  AND (%(schedule)s::text IS NULL OR r.schedule_name = %(schedule)s)
+  AND (r.schedule_name, r.scheduled_for) NOT IN (SELECT name, slot FROM keep)
 
 -- name: run_finished_between
 -- Runs that finished in (since, until], for the exporter's counters: their status, the claim

@@ -88,7 +88,8 @@ claimed AS (
         locked_until = coalesce(%(now)b::timestamptz, now()) + make_interval(secs => %(lease_s)s),
         started_at = coalesce(%(now)b::timestamptz, now()),
         trace_id = encode(substr(%(ids)b::bytea, c.n * 24 - 23, 16), 'hex'),
-        span_id = encode(substr(%(ids)b::bytea, c.n * 24 - 7, 8), 'hex')
+        span_id = encode(substr(%(ids)b::bytea, c.n * 24 - 7, 8), 'hex'),
+        traced = %(traced)b
     FROM (SELECT c.schedule_name, c.scheduled_for, row_number() OVER ()::int AS n FROM cand c
           WHERE c.overlap = 'allow'
              OR EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
@@ -117,12 +118,13 @@ out AS (
 lost AS (
     -- The previous attempt of a reclaimed run died with its worker: record it from the row.
     -- Every column of job_attempts, in table order (schedule_name, scheduled_for, attempt, worker_id,
-    -- host, pid, started_at, finished_at, outcome, error, trace_id, span_id): the list is left out to
-    -- keep the statement under psycopg's 4 kB cache limit.
+    -- host, pid, started_at, finished_at, outcome, error, trace_id, span_id, traced): the list is
+    -- left out to keep the statement under psycopg's 4 kB cache limit. Traced when this worker
+    -- traces: it emits the lost attempt's span.
     INSERT INTO fleet.job_attempts
     SELECT o.schedule_name, o.scheduled_for, o.prev_attempts, coalesce(o.prev_worker, '?'), o.prev_host,
            o.prev_pid, coalesce(o.prev_started_at, o.started_at), o.started_at, 'lease_expired',
-           'lease expired', o.prev_trace_id, o.prev_span_id
+           'lease expired', o.prev_trace_id, o.prev_span_id, %(traced)b
     FROM out o
     WHERE o.prev_status = 'running' AND o.prev_attempts > 0
     ON CONFLICT DO NOTHING
@@ -204,15 +206,15 @@ fin AS (
     WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.attempts = v.attempt
       AND r.status::text = 'running' AND r.locked_by = %(worker)s
     RETURNING r.schedule_name, r.scheduled_for, r.attempts, r.status::text AS status, r.overlap,
-              r.started_at, r.trace_id, r.span_id, v.outcome, v.error, v.i
+              r.started_at, r.trace_id, r.span_id, r.traced, v.outcome, v.error, v.i
 ),
 history AS (
     -- Every column of job_attempts, in table order (schedule_name, scheduled_for, attempt, worker_id,
-    -- host, pid, started_at, finished_at, outcome, error, trace_id, span_id): the list is left out to
-    -- keep the statement under psycopg's 4 kB cache limit.
+    -- host, pid, started_at, finished_at, outcome, error, trace_id, span_id, traced): the list is left
+    -- out to keep the statement under psycopg's 4 kB cache limit.
     INSERT INTO fleet.job_attempts
     SELECT f.schedule_name, f.scheduled_for, f.attempts, %(worker)s, %(host)s, %(pid)s, f.started_at,
-           coalesce(%(now)b::timestamptz, now()), f.outcome, f.error, f.trace_id, f.span_id
+           coalesce(%(now)b::timestamptz, now()), f.outcome, f.error, f.trace_id, f.span_id, f.traced
     FROM fin f
 ),
 ungate AS (

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
+from fleet import telemetry
 from fleet.queries import q
 from fleet.worker.attempt import CLAIM_COLUMNS, HOST, Attempt, trusted_for
 
@@ -39,6 +40,8 @@ def claim_params(
         "host": HOST,
         "pid": os.getpid(),
         "ids": os.urandom(ID_BYTES * limit),
+        # the ids are made whether or not a span is exported under them: record which
+        "traced": telemetry.enabled(),
     }
 
 

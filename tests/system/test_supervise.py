@@ -200,7 +200,9 @@ def test_supervisor_config_runs_ticker_and_workers_which_wait_for_the_schema(
             ids = {r["id"] for r in conn.execute("SELECT id FROM fleet.processes")}
             host = os.uname().nodename
             assert {f"{host}:worker_0{i}" for i in range(3)} | {f"{host}:ticker_00"} <= ids
-            workers = {r["worker_id"] for r in conn.execute("SELECT DISTINCT worker_id FROM fleet.job_attempts")}
+            workers = {
+                r["worker_id"] for r in conn.execute("SELECT DISTINCT worker_id FROM fleet.job_attempts")
+            }
             assert workers <= {f"{host}:worker_0{i}" for i in range(3)}
         assert running(sv) == first and proc.poll() is None
         print(
@@ -249,7 +251,9 @@ def test_worker_sigkilled_under_supervisord_is_restarted_and_its_run_finished(
             "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
             "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM fleet.schedules"
         )
-        start = wait_for(lambda: [e for e in job_events(tmp_path) if e[0] == "start"], what="the run to start")[0]
+        start = wait_for(
+            lambda: [e for e in job_events(tmp_path) if e[0] == "start"], what="the run to start"
+        )[0]
         victim_pid, victim = int(start[4]), start[3].split(":")[-1]
         assert before[victim] == victim_pid
         os.kill(victim_pid, signal.SIGKILL)
@@ -356,7 +360,9 @@ def test_up_in_an_empty_directory_runs_the_examples_and_ctrl_c_stops_everything(
             ready_after = time.monotonic() - started
             counts = {
                 r["status"]: r["n"]
-                for r in conn.execute("SELECT status::text, count(*) AS n FROM fleet.job_runs GROUP BY status")
+                for r in conn.execute(
+                    "SELECT status::text, count(*) AS n FROM fleet.job_runs GROUP BY status"
+                )
             }
         sv = up.supervisor()
         # The runs can all be done before supervisord counts the processes as started (startsecs).
@@ -380,6 +386,9 @@ def test_up_in_an_empty_directory_runs_the_examples_and_ctrl_c_stops_everything(
         sent = time.monotonic()
         assert up.popen.wait(timeout=90) == 0, up.output()
         stopped_after = time.monotonic() - sent
+        out = up.output()
+        assert "this host: 1 ticker, 2 workers" in out, out
+        assert "fleetctl up: stopping 2 worker processes (" in out, out
         left = [pid for pid in up.pids if alive(pid)]
         assert left == [], f"processes left behind: {left}\n{up.output()}"
         assert not (short_dir / ".fleet" / "pgdata" / "postmaster.pid").exists()

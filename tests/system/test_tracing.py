@@ -20,6 +20,7 @@ from tests.support import (
     apply_text,
     env_for,
     job_events,
+    log_events,
     one_run,
     processes,
     scalar,
@@ -146,6 +147,7 @@ def test_a_killed_attempt_is_emitted_by_the_worker_that_reclaims_it(
         (1, "a", "lease_expired"),
         (2, "b", "done"),
     ]
+    assert [r["traced"] for r in rows] == [True, True]  # b traces, and emitted the lost attempt too
 
     # The ticker's span, whose ids the slot stores.
     (tick,) = receiver.search("fleet-ticker")
@@ -261,7 +263,8 @@ def test_handlers_make_child_spans_and_commands_get_traceparent(
     with processes() as procs:
         worker(procs, traced_env(db_url, receiver.endpoint, tmp_path), tmp_path, "a", "--jobs", str(jobs))
         wait_for(
-            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") == 2, what="both runs"
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") == 2,
+            what="both runs",
         )
         (root,) = attempt_spans(receiver, run_row(conn)["scheduled_for"], 1)
         child = wait_for(lambda: receiver.search(None, **{"app.pages": 3}), what="the handler's span")[0]
@@ -340,6 +343,13 @@ def test_an_unreachable_collector_costs_a_worker_nothing_but_spans(
             procs.append(p)
             assert p.wait(timeout=120) == 0, p.output()
             exited = time.time()
+            if mode == "unreachable":  # at most one line saying so, none of the exporter library's own
+                lines = log_events(p)
+                # (a worker that ends within a second or two of its first export may exit, its final
+                # flush bounded, before that export gives up: then there is no line at all)
+                failed = [(e["endpoint"], e["error"]) for e in lines if e["event"] == "trace_export_failed"]
+                assert failed in ([], [(f"{closed}/v1/traces", "Connection refused")]), failed
+                assert not [e for e in lines if e["event"] == "library_log"], lines
         row = conn.execute(
             "SELECT count(*) AS n, min(started_at) AS first, max(finished_at) AS last "
             "FROM fleet.job_attempts WHERE outcome = 'done'"
