@@ -23,6 +23,10 @@ class DatabaseUnavailable(FleetError):
     """The database cannot be reached."""
 
 
+class SchemaOutdated(FleetError):
+    """The database's fleet schema is missing or older than this fleet's; run `fleetctl migrate`."""
+
+
 class Permanent(Exception):  # noqa: N818 - a handler outcome, named for the reader of a job
     """Raised by a job handler: the run failed and retrying cannot help; it goes to `dead` at once."""
 

@@ -6,15 +6,16 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from fleet.db import connect, resolve_url
-from fleet.errors import ConfigError, DatabaseUnavailable, FleetError, ScheduleFileError
-from fleet.migrate import current_version, latest_version, migrate
+from fleet.db import connect, resolve_url, url_params
+from fleet.errors import ConfigError, FleetError, ScheduleFileError, SchemaOutdated
+from fleet.migrate import check_schema, migrate
 from fleet.schedfile import load
 
 Command = Callable[[argparse.Namespace], int]
@@ -24,19 +25,24 @@ class UsageError(FleetError):
     """A command-line argument is invalid."""
 
 
-def db(args: argparse.Namespace, role: str = "fleetctl") -> psycopg.Connection[Any]:
+def database_url(args: argparse.Namespace) -> str:
+    """--database-url, else FLEET_DATABASE_URL, else the embedded server of the `fleetctl up` running
+    in this directory; ConfigError naming the field when none is usable."""
     url = args.database_url or os.environ.get("FLEET_DATABASE_URL") or None
-    return connect(resolve_url(url), role)
+    if url:
+        url_params(url, "--database-url" if args.database_url else "FLEET_DATABASE_URL")
+    return resolve_url(url)
+
+
+def db(args: argparse.Namespace, role: str = "fleetctl") -> psycopg.Connection[Any]:
+    return connect(database_url(args), role)
 
 
 def require_schema(conn: psycopg.Connection[Any]) -> None:
-    """Refuse (UsageError) a database whose fleet schema is missing or older than this fleet's: only
-    `fleetctl migrate` changes the schema, so the role that applies schedules needs no DDL rights."""
-    have, want = current_version(conn), latest_version()
-    if have == 0:
-        raise UsageError("the database has no fleet schema; run `fleetctl migrate`")
-    if have < want:
-        raise UsageError(f"the database's fleet schema is at version {have}, not {want}; run `fleetctl migrate`")
+    """Refuse (SchemaOutdated, exit 2) a database whose fleet schema is missing or older than this
+    fleet's: only `fleetctl migrate` changes the schema, so the role that applies schedules needs no
+    DDL rights."""
+    check_schema(conn)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -81,8 +87,10 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     )
     p.add_argument(
         "--database-url",
-        help="libpq URI [env FLEET_DATABASE_URL]; unset: the embedded PostgreSQL in ./.fleet/pgdata",
+        help="libpq URI [env FLEET_DATABASE_URL]; unset: the embedded PostgreSQL of the `fleetctl up` "
+        "running in this directory",
     )
+    p.add_argument("--debug", action="store_true", help="show the traceback behind an error")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("migrate", help="create or upgrade the schema")
     ap = sub.add_parser("apply", help="make the database's schedules match a TOML file (all or nothing)")
@@ -100,26 +108,41 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     return p, commands
 
 
+BAD_INPUT = (UsageError, ConfigError, SchemaOutdated)
+# Commands whose changes are one transaction: interrupted, they leave nothing behind.
+ALL_OR_NOTHING = ("migrate", "apply")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p, commands = parser()
-    args = p.parse_args(argv)
+    command = "fleetctl"
     try:
-        return commands[args.command](args)
-    except ScheduleFileError as e:
-        for line in e.problems:
-            print(f"fleetctl {args.command}: {line}", file=sys.stderr)
-        return 2
-    except (UsageError, ConfigError) as e:
-        print(f"fleetctl {args.command}: {e}", file=sys.stderr)
-        return 2
-    except DatabaseUnavailable as e:
-        print(f"fleetctl {args.command}: {e}", file=sys.stderr)
-        return 1
+        p, commands = parser()
+        args = p.parse_args(argv)
+        command = f"fleetctl {args.command}"
+        return run(commands[args.command], args)
+    except KeyboardInterrupt:
+        # Ctrl-C: a statement in flight is cancelled and its transaction rolled back (psycopg).
+        done = "; nothing was changed" if command.split()[-1] in ALL_OR_NOTHING else ""
+        print(f"{command}: interrupted{done}", file=sys.stderr)
+        return 130
+
+
+def run(handler: Command, args: argparse.Namespace) -> int:
+    """Run one command; a FleetError is a line on stderr (with its cause's traceback under --debug)."""
+    name = f"fleetctl {args.command}"
+    try:
+        return handler(args)
+    except FleetError as e:
+        if getattr(args, "debug", False) and e.__cause__ is not None:
+            traceback.print_exception(e.__cause__)
+        if isinstance(e, ScheduleFileError):
+            for line in e.problems:
+                print(f"{name}: {line}", file=sys.stderr)
+            return 2
+        print(f"{name}: {e}", file=sys.stderr)
+        return 2 if isinstance(e, BAD_INPUT) else 1  # 1: the database or supervisord out of reach
     except psycopg.errors.UndefinedTable:
-        print(
-            f"fleetctl {args.command}: the database has no fleet schema; run `fleetctl migrate`",
-            file=sys.stderr,
-        )
+        print(f"{name}: the database has no fleet schema; run `fleetctl migrate`", file=sys.stderr)
         return 2
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from fleet import logs
-from fleet.db import connect
+from fleet.db import connect, describe
 
 
 class Listener(threading.Thread):
@@ -31,5 +31,5 @@ class Listener(threading.Thread):
             except Exception as e:  # noqa: BLE001 - a lost listener only delays wake-ups to the poll
                 if not self.halt.is_set():
                     if errors.due():
-                        logs.event("listen_error", error=str(e).strip()[:300])
+                        logs.event("listen_error", error=describe(e))
                     self.halt.wait(1.0)

@@ -1,0 +1,115 @@
+"""`fleetctl down`: stop what `fleetctl up` runs, or left running after a crash, in this directory.
+
+In order: a running `up` is asked to stop as Ctrl-C would (its workers finish or hand back their
+runs); then a supervisord an earlier `up` left behind is shut down the same way; last the embedded
+PostgreSQL of `.fleet/pgdata`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+import xmlrpc.client
+from collections.abc import Callable
+from pathlib import Path
+
+from fleet.embedded import (
+    EMBEDDED_DIR,
+    FLEET_DIR,
+    embedded_pid,
+    pid_alive,
+    read_pid,
+    remove_up_state,
+    running_up,
+    stop_embedded,
+    up_running,
+)
+from fleet.ops.control import Supervisor, SupervisorUnavailable, serverurl_from_config
+
+# How long `up` may take to stop: its workers' grace, supervisord's margin, the ticker; a little more.
+UP_STOP_TIMEOUT_S = 300.0
+SUPERVISORD_STOP_TIMEOUT_S = 120.0
+
+
+def runs_with(pid: int, text: str) -> bool:
+    """Whether process `pid`'s command line contains `text` (a pid file may name a reused pid)."""
+    try:
+        return text.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()  # no /proc here: trust the pid file
+    except OSError:
+        return False
+
+
+def left_supervisord(fleet_dir: Path) -> int | None:
+    """The pid of a supervisord still running the configuration `up` wrote in `fleet_dir`."""
+    pid = read_pid(fleet_dir / "supervisord.pid")
+    conf = fleet_dir / "supervisord.conf"
+    return pid if pid and pid_alive(pid) and runs_with(pid, str(conf)) else None
+
+
+def stop_left_supervisord(fleet_dir: Path, pid: int, stop: threading.Event | None = None) -> bool:
+    """Shut supervisord `pid` of `fleet_dir` down in order (its workers finish or hand back their
+    runs) and wait for it; True once it is gone. `stop` set: give up waiting."""
+    try:
+        Supervisor(serverurl_from_config(fleet_dir / "supervisord.conf")).shutdown()
+    except (SupervisorUnavailable, xmlrpc.client.Fault):  # Fault: it is shutting down already
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    return _wait(lambda: not pid_alive(pid), SUPERVISORD_STOP_TIMEOUT_S, stop)
+
+
+def _wait(done: Callable[[], bool], timeout_s: float, stop: threading.Event | None = None) -> bool:
+    end = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > end or (stop is not None and stop.is_set()):
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    base = Path.cwd()
+    fleet_dir = base / FLEET_DIR
+    stopped: list[str] = []
+    failed: list[str] = []
+
+    def say(text: str) -> None:
+        print(f"fleetctl down: {text}", flush=True)
+
+    up = running_up(base)
+    if up is not None and up.pid:
+        say(f"stopping fleetctl up (pid {up.pid}): workers finish or hand back their runs")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(up.pid, signal.SIGTERM)
+        if _wait(lambda: not up_running(base), UP_STOP_TIMEOUT_S):
+            stopped.append(f"fleetctl up (pid {up.pid})")
+        else:
+            failed.append(f"fleetctl up (pid {up.pid}) did not stop within {UP_STOP_TIMEOUT_S:.0f}s")
+    sv = left_supervisord(fleet_dir)
+    if sv is not None:
+        say(f"stopping the supervisord (pid {sv}) a fleetctl up left running")
+        if stop_left_supervisord(fleet_dir, sv):
+            stopped.append(f"supervisord (pid {sv}) with its ticker and workers")
+        else:
+            failed.append(f"supervisord (pid {sv}) did not stop")
+    pg = embedded_pid(base)
+    if pg is not None:
+        if stop_embedded(base):
+            stopped.append(f"the embedded PostgreSQL (pid {pg}) in {EMBEDDED_DIR}")
+        else:
+            failed.append(f"the embedded PostgreSQL (pid {pg}) in {EMBEDDED_DIR} did not stop")
+    if not up_running(base):
+        remove_up_state(base)
+    for what in stopped:
+        say(f"stopped {what}")
+    for what in failed:
+        print(f"fleetctl down: {what}", file=sys.stderr)
+    if not stopped and not failed:
+        say("nothing runs in this directory")
+    return 1 if failed else 0
