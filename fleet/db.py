@@ -296,6 +296,7 @@ def make_pool(
 def unavailable(e: BaseException, pool: ConnectionPool[Any] | None) -> str:
     """One line for a failure to get a connection: the pool's last connection failure (host:port and
     the cause) rather than its timeout, else what `describe` says."""
-    if isinstance(e, PoolTimeout) and isinstance(pool, Pool) and pool.last_failure:
-        return pool.last_failure
+    if isinstance(e, PoolTimeout) and isinstance(pool, Pool):
+        # No failure yet: the first attempt is still waiting for an answer (or every connection is busy).
+        return pool.last_failure or f"{where(str(pool.conninfo))}: {str(e).strip()}"
     return describe(e)
