@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ import psutil
 import pytest
 
 from fleet.embedded import UpState, embedded_pid, read_pid, read_up_state, stop_embedded, up_running
+from fleet.ops.control import Supervisor, SupervisorUnavailable, serverurl_from_config
 from tests.support import ROOT, fleetctl_cmd, ticker_cmd, wait_for, worker_cmd
 
 NO_DATABASE = "set FLEET_DATABASE_URL (or run fleetctl up)"
@@ -194,5 +196,40 @@ def test_down_stops_a_running_up_and_everything_it_started(short_dir: Path) -> N
         assert postgres_serving(short_dir) == []
         assert [pid for pid in up.pids if alive(pid)] == [], up.output()
         assert read_up_state(short_dir) is None
+    finally:
+        up.end()
+
+
+def test_down_stops_the_ticker_and_workers_of_a_killed_supervisord(short_dir: Path) -> None:
+    up = Up(short_dir)
+    try:
+        up.wait_ready()
+        sv = Supervisor(serverurl_from_config(short_dir / ".fleet" / "supervisord.conf"))
+
+        def children() -> list[int]:
+            with contextlib.suppress(SupervisorUnavailable):
+                procs = sv.processes()
+                if len(procs) == 2 and all(p.state == "RUNNING" for p in procs):
+                    return [p.pid for p in procs]
+            return []
+
+        kids = wait_for(children, timeout=60, what="the ticker and the worker to run")
+        up.pids |= set(kids)
+        sv_pid = read_pid(short_dir / ".fleet" / "supervisord.pid")
+        assert sv_pid is not None
+        # `up` frozen (it cannot clean up), supervisord killed: its ticker and worker are orphans.
+        up.popen.send_signal(signal.SIGSTOP)
+        os.kill(sv_pid, signal.SIGKILL)
+        wait_for(lambda: not alive(sv_pid), timeout=10, what="supervisord to die")
+        up.popen.kill()
+        up.popen.wait(10)
+        assert all(alive(pid) for pid in kids)
+
+        down = run(fleetctl_cmd("down"), short_dir, timeout=180)
+        assert down.returncode == 0, down
+        listed = ", ".join(map(str, sorted(kids)))
+        assert f"stopped the fleet processes a killed supervisord left (pids {listed})" in down.stdout, down
+        assert "stopped the embedded PostgreSQL" in down.stdout, down
+        assert [pid for pid in up.pids if alive(pid)] == []
     finally:
         up.end()
