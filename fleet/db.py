@@ -6,6 +6,7 @@ Transactions are always opened visibly by the caller (`with conn.transaction():`
 from __future__ import annotations
 
 import getpass
+import logging
 import re
 import threading
 import time
@@ -19,7 +20,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_dumps, set_json_loads
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from fleet import logs
 from fleet.errors import ConfigError, DatabaseUnavailable, PermissionDenied
@@ -100,12 +101,24 @@ def _check(conn: psycopg.Connection[Any]) -> None:
 
 
 def resolve_url(url: str | None, base_dir: Path | None = None) -> str:
-    """The given URL, or the embedded server's (started if needed) when none is given."""
+    """The given URL; without one, the embedded server's while a `fleetctl up` runs it in `base_dir`
+    (the current directory). Otherwise ConfigError: nothing else starts a server."""
     if url:
         return url
-    from fleet.embedded import embedded_url
+    from fleet.embedded import running_up
 
-    return embedded_url(base_dir)
+    up = running_up(base_dir)
+    if up is not None and up.url:
+        return up.url
+    if up is not None:
+        raise ConfigError(
+            f"FLEET_DATABASE_URL: the fleetctl up running here (pid {up.pid}) is starting or uses a "
+            "database given to it; set FLEET_DATABASE_URL"
+        )
+    raise ConfigError(
+        "FLEET_DATABASE_URL: not set, and no fleetctl up runs in this directory; "
+        "set FLEET_DATABASE_URL (or run fleetctl up)"
+    )
 
 
 _SECRET_PARAMS = ("password", "sslpassword")
@@ -125,6 +138,13 @@ def redact(url: str) -> str:
     for key in _SECRET_PARAMS:
         params.pop(key, None)
     return _as_url(params)
+
+
+def scrub(text: str) -> str:
+    """Free text (an error message) with anything shaped like a URL's password or a password=
+    setting replaced: for text that is not itself a connection string."""
+    text = re.sub(r"(://[^:/@?\s]*:)[^@/?\s]+@", r"\1***@", text)
+    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", text)
 
 
 def _as_url(params: dict[str, Any]) -> str:
@@ -161,8 +181,15 @@ def permission_denied(e: BaseException, url: str, needs: str) -> PermissionDenie
     return PermissionDenied(f"role {role}: {what}; grant it {needs} (`fleetctl migrate --roles` creates it)")
 
 
+URL_FORMS = "postgresql://USER:PASSWORD@HOST:PORT/DATABASE or 'host=HOST port=PORT dbname=DATABASE'"
+
+
 def url_params(url: str, flag: str = "database URL") -> dict[str, Any]:
-    """The connection parameters the URL sets; ConfigError naming `flag` if libpq cannot read it."""
+    """The connection parameters the URL sets; ConfigError naming `flag` if it is not a PostgreSQL
+    URL libpq can read (the password never in the message)."""
+    scheme = re.match(r"\s*([A-Za-z][A-Za-z0-9+.-]*)://", url)
+    if scheme and scheme.group(1).lower() not in ("postgresql", "postgres"):
+        raise ConfigError(f"{flag}: {scheme.group(1)}:// is not a PostgreSQL URL; give {URL_FORMS}")
     try:
         return conninfo_to_dict(url)
     except psycopg.ProgrammingError as e:
@@ -172,9 +199,51 @@ def url_params(url: str, flag: str = "database URL") -> dict[str, Any]:
             # (The two kinds above quote the name of an option, never a value.)
             why = re.sub(r'"[^"]*"', "…", why)
         raise ConfigError(
-            f"{flag}: not a PostgreSQL connection string ({why}); expected "
-            "postgresql://USER@HOST:5432/DBNAME or 'host=HOST dbname=DBNAME'"
+            f"{flag}: not a PostgreSQL connection string ({why}); give {URL_FORMS}"
         ) from None
+
+
+def where(url: str) -> str:
+    """host:port that `url` connects to, for messages (never its password)."""
+    try:
+        p = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "the database"
+    host = p.get("host") or p.get("hostaddr") or "the local socket"
+    return f"{host}:{p.get('port') or 5432}"
+
+
+_SERVER_FAILED = re.compile(r'connection to server (?:at "[^"]*", port \d+|on socket "[^"]*") failed: ')
+
+
+def connect_failure(e: BaseException, url: str) -> str:
+    """One line for a failed connection attempt: where to, and the cause (connection refused, an
+    unknown host, authentication), without libpq's hints on further lines."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip() and not ln[:1].isspace()]
+    cause = lines[0] if lines else type(e).__name__
+    cause = re.sub(r"^connection (?:failed|is bad): ", "", cause)
+    cause = _SERVER_FAILED.sub("", cause)
+    cause = re.sub(r"^(?:FATAL|ERROR):\s+", "", cause)
+    if len(cause) > 1 and cause[0].isupper() and cause[1].islower():
+        cause = cause[0].lower() + cause[1:]
+    return f"cannot connect to {where(url)}: {scrub(cause)}"
+
+
+# A relation or schema of fleet's that is missing: the database is not migrated (or is too old).
+_UNMIGRATED = ("42P01", "3F000")  # undefined_table, invalid_schema_name
+SCHEMA_MISSING = "the database has no fleet schema, or an older one; run `fleetctl migrate`"
+
+
+def describe(e: BaseException) -> str:
+    """One line about a database error, for logs and messages: what to do when the schema is
+    missing, else the error's first line (without the statement excerpt and hints that follow)."""
+    if isinstance(e, DatabaseUnavailable):
+        return str(e)
+    text = str(e).strip()
+    first = text.splitlines()[0].strip() if text else type(e).__name__
+    if isinstance(e, psycopg.Error) and e.sqlstate in _UNMIGRATED and "fleet" in first:
+        return f"{first}: {SCHEMA_MISSING}"
+    return first[:300]
 
 
 def _kwargs(url: str, application_name: str, prepare: bool = False) -> dict[str, Any]:
@@ -196,7 +265,7 @@ def connect(
     try:
         conn = psycopg.connect(url, row_factory=dict_row, **kwargs)
     except psycopg.OperationalError as e:
-        raise DatabaseUnavailable(f"cannot connect to {redact(url)}: {str(e).strip()}") from e
+        raise DatabaseUnavailable(connect_failure(e, url)) from e
     if not listen:
         conn.add_notify_handler(_drop_notify)
     return conn
@@ -228,20 +297,69 @@ def connect_retrying(
             delay = min(delay * 2, 5.0)
 
 
+class Pool(ConnectionPool[Any]):
+    """A ConnectionPool that remembers why its last connection attempt failed: the pool retries in
+    the background, and a borrower that times out is told only that it waited."""
+
+    last_failure: str | None = None
+
+
+def _recording(url: str, pool: list[Pool]) -> type[psycopg.Connection[Any]]:
+    """A connection class whose failed attempts to connect set `last_failure` of the pool in `pool`."""
+
+    class Recording(psycopg.Connection[Any]):
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Recording:
+            try:
+                conn = super().connect(conninfo, **kwargs)
+            except psycopg.Error as e:
+                for p in pool:
+                    p.last_failure = connect_failure(e, url)
+                raise
+            for p in pool:
+                p.last_failure = None
+            return conn
+
+    return Recording
+
+
+class _QuietPoolConnectErrors(logging.Filter):
+    """The pool's warning on every failed attempt to connect (psycopg's lines, several per second)
+    is dropped: fleet's processes report the failure themselves, once, in one line (`last_failure`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("error connecting in ")
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietPoolConnectErrors())
+
+
 def make_pool(
     url: str, application_name: str, min_size: int = 1, max_size: int = 4, prepare: bool = False
-) -> ConnectionPool[Any]:
+) -> Pool:
     """A bounded pool whose connections are checked on borrow (survives a server restart)."""
-    pool: ConnectionPool[Any] = ConnectionPool(
+    holder: list[Pool] = []
+    pool = Pool(
         url,
         min_size=min_size,
         max_size=max_size,
         kwargs={**_kwargs(url, application_name, prepare), "row_factory": dict_row},
+        connection_class=_recording(url, holder),
         configure=_configure,
         check=_check,
         open=False,
         name=application_name,
         reconnect_timeout=3600,
     )
+    holder.append(pool)
     pool.open(wait=False)
     return pool
+
+
+def unavailable(e: BaseException, pool: ConnectionPool[Any] | None) -> str:
+    """One line for a failure to get a connection: the pool's last connection failure (host:port and
+    the cause) rather than its timeout, else what `describe` says."""
+    if isinstance(e, PoolTimeout) and isinstance(pool, Pool):
+        # No failure yet: the first attempt is still waiting for an answer (or every connection is busy).
+        return pool.last_failure or f"{where(str(pool.conninfo))}: {str(e).strip()}"
+    return describe(e)

@@ -71,6 +71,10 @@ class RunStateError(RequestError):
         self.status = status
 
 
+# The name `fleet.migrate.check_schema` raises; one type with SchemaMissing.
+SchemaOutdated = SchemaMissing
+
+
 class Permanent(Exception):  # noqa: N818 - a handler outcome, named for the reader of a job
     """Raised by a job handler: the run failed and retrying cannot help; it goes to `dead` at once."""
 

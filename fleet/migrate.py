@@ -9,6 +9,8 @@ from typing import Any
 
 import psycopg
 
+from fleet.errors import SchemaOutdated
+
 _LOCK_KEY = 0x666C656574  # "fleet": serialises concurrent migrators
 
 
@@ -101,3 +103,15 @@ def current_version(conn: psycopg.Connection[Any]) -> int:
 def latest_version() -> int:
     """The version the shipped migrations bring a database to."""
     return migrations()[-1].version
+
+
+def check_schema(conn: psycopg.Connection[Any]) -> None:
+    """Raise SchemaOutdated when the database's fleet schema is missing or older than this fleet's
+    (rows as dicts). A newer one is fine: migrations only add, and hosts are upgraded one by one."""
+    have, want = current_version(conn), latest_version()
+    if have == 0:
+        raise SchemaOutdated("the database has no fleet schema; run `fleetctl migrate`")
+    if have < want:
+        raise SchemaOutdated(
+            f"the database's fleet schema is at version {have}, not {want}; run `fleetctl migrate`"
+        )

@@ -56,6 +56,7 @@ class WorkerSettings:
     until_idle: bool
     log_format: str
     prepared_statements: bool = True
+    debug: bool = False
 
 
 def default_process_id(kind: str) -> str:
@@ -108,7 +109,8 @@ def add_database_flags(parser: argparse.ArgumentParser) -> None:
         "--database-url",
         help=_env_help(
             "FLEET_DATABASE_URL",
-            "libpq URI of the database; unset: the embedded PostgreSQL in ./.fleet/pgdata",
+            "libpq URI of the database; unset: the embedded PostgreSQL of the `fleetctl up` running "
+            "in this directory",
         ),
     )
     parser.add_argument(
@@ -133,7 +135,7 @@ def _shared(a: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, Any]
         raise ConfigError(f"--log-format: must be one of {', '.join(LOG_FORMATS)}")
     url = _take(a.database_url, environ, "FLEET_DATABASE_URL", None, str, "--database-url")
     if url:
-        url_params(url, "--database-url")
+        url_params(url, "--database-url" if a.database_url else "FLEET_DATABASE_URL")
     return {
         "database_url": url,
         "log_format": log_format,
@@ -233,6 +235,7 @@ def worker_parser() -> argparse.ArgumentParser:
         "--grace", type=float, help=_env_help("FLEET_GRACE", "on SIGTERM, time running jobs get, s (30)")
     )
     p.add_argument("--until-idle", action="store_true", help="exit when nothing is claimable")
+    p.add_argument("--debug", action="store_true", help="show the traceback of an --app module that fails")
     return p
 
 
@@ -277,6 +280,7 @@ def worker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> W
             allow_zero=True,
         ),
         until_idle=a.until_idle,
+        debug=a.debug,
         **_shared(a, environ),
     )
     if s.concurrency > MAX_CONCURRENCY:

@@ -81,10 +81,11 @@ def closed_port() -> int:
 def scratch_database() -> Iterator[str]:
     from psycopg.conninfo import make_conninfo
 
-    from fleet.db import connect, resolve_url
+    from fleet.db import connect
+    from fleet.embedded import embedded_url
     from fleet.migrate import migrate
 
-    server = resolve_url(os.environ.get("FLEET_DATABASE_URL"), ROOT)
+    server = os.environ.get("FLEET_DATABASE_URL") or embedded_url(ROOT)
     name = f"fleet_tracing_bench_{os.getpid()}"
     with connect(server, "fleet-bench admin") as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}"')

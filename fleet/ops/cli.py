@@ -7,6 +7,7 @@ import importlib
 import importlib.metadata
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -14,18 +15,17 @@ from typing import Any, NoReturn
 import psycopg
 
 from fleet.client import Client
-from fleet.db import connect, permission_denied, resolve_url
+from fleet.db import connect, permission_denied, resolve_url, url_params
 from fleet.errors import (
     ConfigError,
-    DatabaseError,
-    DatabaseUnavailable,
     FleetError,
     PermissionDenied,
     RequestError,
     ScheduleFileError,
     SchemaMissing,
+    SchemaOutdated,
 )
-from fleet.migrate import ROLES, current_version, latest_version, migrate
+from fleet.migrate import ROLES, check_schema, migrate
 from fleet.ops.printable import printable
 from fleet.schedfile import MAX_ARGS_BYTES
 
@@ -37,28 +37,30 @@ class UsageError(FleetError):
     """A command-line argument is invalid."""
 
 
-def db(args: argparse.Namespace, role: str = "fleetctl") -> psycopg.Connection[Any]:
+def database_url(args: argparse.Namespace) -> str:
+    """--database-url, else FLEET_DATABASE_URL, else the embedded server of the `fleetctl up` running
+    in this directory; ConfigError naming the field when none is usable."""
     url = args.database_url or os.environ.get("FLEET_DATABASE_URL") or None
-    return connect(resolve_url(url), role)
+    if url:
+        url_params(url, "--database-url" if args.database_url else "FLEET_DATABASE_URL")
+    return resolve_url(url)
+
+
+def db(args: argparse.Namespace, role: str = "fleetctl") -> psycopg.Connection[Any]:
+    return connect(database_url(args), role)
 
 
 def client(args: argparse.Namespace) -> Client:
     """The fleet.Client of the database the command names: the commands that an application can
     also run through a Client get their data through it, so both take one code path."""
-    url = args.database_url or os.environ.get("FLEET_DATABASE_URL") or None
-    return Client(resolve_url(url), application_name="fleetctl")
+    return Client(database_url(args), application_name="fleetctl")
 
 
 def require_schema(conn: psycopg.Connection[Any]) -> None:
-    """Refuse (UsageError) a database whose fleet schema is missing or older than this fleet's: only
-    `fleetctl migrate` changes the schema, so the role that applies schedules needs no DDL rights."""
-    have, want = current_version(conn), latest_version()
-    if have == 0:
-        raise UsageError("the database has no fleet schema; run `fleetctl migrate`")
-    if have < want:
-        raise UsageError(
-            f"the database's fleet schema is at version {have}, not {want}; run `fleetctl migrate`"
-        )
+    """Refuse (SchemaOutdated, exit 2) a database whose fleet schema is missing or older than this
+    fleet's: only `fleetctl migrate` changes the schema, so the role that applies schedules needs no
+    DDL rights."""
+    check_schema(conn)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -161,8 +163,10 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     p.add_argument("--version", action="version", version=f"fleetctl {version()}")
     p.add_argument(
         "--database-url",
-        help="libpq URI [env FLEET_DATABASE_URL]; unset: the embedded PostgreSQL in ./.fleet/pgdata",
+        help="libpq URI [env FLEET_DATABASE_URL]; unset: the embedded PostgreSQL of the `fleetctl up` "
+        "running in this directory",
     )
+    p.add_argument("--debug", action="store_true", help="show the traceback behind an error")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     mp = sub.add_parser("migrate", help="create or upgrade the schema (as the schema's owner)")
     mp.add_argument(
@@ -216,33 +220,46 @@ NEEDS = {
         for c in ("status", "runs", "show", "dead", "trace", "workers", "metrics", "dashboard")
     },
 }
+BAD_INPUT = (UsageError, ConfigError, SchemaOutdated, SchemaMissing, RequestError, PermissionDenied)
+# Commands whose changes are one transaction: interrupted, they leave nothing behind.
+ALL_OR_NOTHING = ("migrate", "apply")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p, commands = parser()
-    args = p.parse_args(argv)
+    command = "fleetctl"
     try:
-        return commands[args.command](args)
-    except ScheduleFileError as e:
-        for line in e.problems:
-            print(f"fleetctl {args.command}: {printable(line)}", file=sys.stderr)
-        return 2
-    except (UsageError, ConfigError, RequestError, SchemaMissing, PermissionDenied) as e:
-        print(f"fleetctl {args.command}: {printable(str(e))}", file=sys.stderr)
-        return 2
-    except (DatabaseUnavailable, DatabaseError) as e:
-        print(f"fleetctl {args.command}: {printable(str(e))}", file=sys.stderr)
-        return 1
+        p, commands = parser()
+        args = p.parse_args(argv)
+        command = f"fleetctl {args.command}"
+        return run(commands[args.command], args)
+    except KeyboardInterrupt:
+        # Ctrl-C: a statement in flight is cancelled and its transaction rolled back (psycopg).
+        done = "; nothing was changed" if command.split()[-1] in ALL_OR_NOTHING else ""
+        print(f"{command}: interrupted{done}", file=sys.stderr)
+        return 130
+
+
+def run(handler: Command, args: argparse.Namespace) -> int:
+    """Run one command; a FleetError is a line on stderr (with its cause's traceback under --debug)."""
+    name = f"fleetctl {args.command}"
+    try:
+        return handler(args)
+    except FleetError as e:
+        if getattr(args, "debug", False) and e.__cause__ is not None:
+            traceback.print_exception(e.__cause__)
+        if isinstance(e, ScheduleFileError):
+            for line in e.problems:
+                print(f"{name}: {printable(line)}", file=sys.stderr)
+            return 2
+        print(f"{name}: {printable(str(e))}", file=sys.stderr)
+        return 2 if isinstance(e, BAD_INPUT) else 1  # 1: the database or supervisord out of reach
     except psycopg.errors.InsufficientPrivilege as e:
         url = args.database_url or os.environ.get("FLEET_DATABASE_URL") or ""
         needs = NEEDS.get(args.command, "fleet_operator")
-        print(f"fleetctl {args.command}: {permission_denied(e, url, needs)}", file=sys.stderr)
+        print(f"{name}: {printable(str(permission_denied(e, url, needs)))}", file=sys.stderr)
         return 2
     except psycopg.errors.UndefinedTable:
-        print(
-            f"fleetctl {args.command}: the database has no fleet schema; run `fleetctl migrate`",
-            file=sys.stderr,
-        )
+        print(f"{name}: the database has no fleet schema; run `fleetctl migrate`", file=sys.stderr)
         return 2
 
 

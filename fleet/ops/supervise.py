@@ -47,51 +47,104 @@ def add_commands(sub: Any) -> dict[str, Command]:
         "(through `fleetctl exec-env`), so no secret is written into the configuration.",
     )
     p.add_argument("--workers", metavar="N", type=int, default=2, help="workers started with supervisord (2)")
-    p.add_argument("--max-workers", metavar="N", type=int,
-                   help=f"worker slots, the most `fleetctl scale` can start (max(N, {DEFAULT_MAX_WORKERS}))")
-    p.add_argument("--tickers", metavar="M", type=int, default=1,
-                   help="tickers (1; more are safe and take over)")
-    p.add_argument("--app", metavar="MODULE", action="append", default=[],
-                   help="module that registers jobs (repeatable)")
+    p.add_argument(
+        "--max-workers",
+        metavar="N",
+        type=int,
+        help=f"worker slots, the most `fleetctl scale` can start (max(N, {DEFAULT_MAX_WORKERS}))",
+    )
+    p.add_argument(
+        "--tickers", metavar="M", type=int, default=1, help="tickers (1; more are safe and take over)"
+    )
+    p.add_argument(
+        "--app", metavar="MODULE", action="append", default=[], help="module that registers jobs (repeatable)"
+    )
     p.add_argument("--jobs", metavar="FILE", help="TOML file declaring command jobs")
-    p.add_argument("--logs", metavar="DIR",
-                   help="write rotated log files in this directory (default: supervisord's stdout)")
-    p.add_argument("--syslog", action="store_true",
-                   help="log to syslog instead of stdout (journald, when systemd runs supervisord)")
-    p.add_argument("--env-file", metavar="FILE", default="/etc/fleet/fleet.env",
-                   help="environment file read at each process start (/etc/fleet/fleet.env); '' for none")
-    p.add_argument("--env-allow", metavar="PATTERN", action="append", default=[],
-                   help="variables beyond FLEET_*, OTEL_*, PG* the environment file may set (repeatable)")
-    p.add_argument("--run-dir", metavar="DIR", default="/run/fleet",
-                   help="directory of the control socket and pid file")
+    p.add_argument(
+        "--logs",
+        metavar="DIR",
+        help="write rotated log files in this directory (default: supervisord's stdout)",
+    )
+    p.add_argument(
+        "--syslog",
+        action="store_true",
+        help="log to syslog instead of stdout (journald, when systemd runs supervisord)",
+    )
+    p.add_argument(
+        "--env-file",
+        metavar="FILE",
+        default="/etc/fleet/fleet.env",
+        help="environment file read at each process start (/etc/fleet/fleet.env); '' for none",
+    )
+    p.add_argument(
+        "--env-allow",
+        metavar="PATTERN",
+        action="append",
+        default=[],
+        help="variables beyond FLEET_*, OTEL_*, PG* the environment file may set (repeatable)",
+    )
+    p.add_argument(
+        "--run-dir", metavar="DIR", default="/run/fleet", help="directory of the control socket and pid file"
+    )
     p.add_argument("--user", metavar="NAME", help="user the processes run as (when supervisord runs as root)")
     p.add_argument("--directory", metavar="DIR", help="working directory of the processes (the current one)")
-    p.add_argument("--bin-dir", metavar="DIR",
-                   help="directory of fleetctl, fleet-ticker, fleet-worker (this install's)")
+    p.add_argument(
+        "--bin-dir", metavar="DIR", help="directory of fleetctl, fleet-ticker, fleet-worker (this install's)"
+    )
     p.add_argument("--grace", metavar="S", type=float, help=GRACE_HELP)
-    p.add_argument("--programs-only", action="store_true",
-                   help="print only the program sections, to include into an existing supervisord")
+    p.add_argument(
+        "--programs-only",
+        action="store_true",
+        help="print only the program sections, to include into an existing supervisord",
+    )
 
     u = sub.add_parser(
         "up",
         help="run a fleet here: database, schema, schedules, a ticker and workers, and a live view",
-        description="Run a whole fleet in this directory until Ctrl-C: the database (FLEET_DATABASE_URL or "
-        "the embedded PostgreSQL in .fleet/pgdata), the schema, the schedules (the examples when none are "
-        "given and the database has none), supervisord with a ticker and N workers, a live view and the web "
-        "dashboard (`fleetctl dashboard`).",
+        description="Run a whole fleet in this directory until Ctrl-C (or `fleetctl down`): the database "
+        "(FLEET_DATABASE_URL, or the embedded PostgreSQL in .fleet/pgdata, which the other fleet commands "
+        "started here use while `up` runs), the schema, the schedules (the examples when none are "
+        "given and the database has none), supervisord with a ticker and N workers, a live view and the "
+        "web dashboard (`fleetctl dashboard`).",
     )
     u.add_argument("--workers", metavar="N", type=int, default=2, help="workers to start (2)")
-    u.add_argument("--max-workers", metavar="N", type=int,
-                   help=f"worker slots for `fleetctl scale` (max(N, {DEFAULT_MAX_WORKERS}))")
-    u.add_argument("--app", metavar="MODULE", action="append", default=[],
-                   help="module that registers jobs (repeatable; default: fleet.examples.demo_jobs)")
+    u.add_argument(
+        "--max-workers",
+        metavar="N",
+        type=int,
+        help=f"worker slots for `fleetctl scale` (max(N, {DEFAULT_MAX_WORKERS}))",
+    )
+    u.add_argument(
+        "--app",
+        metavar="MODULE",
+        action="append",
+        default=[],
+        help="module that registers jobs (repeatable; default: fleet.examples.demo_jobs)",
+    )
     u.add_argument("--jobs", metavar="FILE", help="TOML file declaring command jobs")
-    u.add_argument("--schedules", metavar="FILE",
-                   help="schedules file to apply (default: the examples, if the database has none)")
+    u.add_argument(
+        "--schedules",
+        metavar="FILE",
+        help="schedules file to apply (default: the examples, if the database has none)",
+    )
     u.add_argument("--grace", metavar="S", type=float, help=GRACE_HELP)
     u.add_argument("--dashboard", metavar="HOST:PORT", default="127.0.0.1:8787",
                    help="where the web dashboard listens (127.0.0.1:8787)")
     u.add_argument("--no-dashboard", action="store_true", help="start no web dashboard")
+    u.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show the traceback of an --app module that fails to import",
+    )
+
+    sub.add_parser(
+        "down",
+        help="stop what `fleetctl up` runs or left running here: supervisord, the embedded PostgreSQL",
+        description="Stop the fleet of this directory: a running `fleetctl up` (as Ctrl-C would), a "
+        "supervisord an `up` that crashed left behind, and the embedded PostgreSQL in .fleet/pgdata. "
+        "Says what it stopped; exit 0 also when nothing was running.",
+    )
 
     s = sub.add_parser(
         "scale",
@@ -100,8 +153,13 @@ def add_commands(sub: Any) -> dict[str, Command]:
         "workers finish or hand back their runs first.",
     )
     s.add_argument("n", type=int, metavar="N", help="number of workers that should run")
-    s.add_argument("--config", metavar="FILE", type=Path, default=UP_CONFIG,
-                   help=f"the supervisord configuration ({UP_CONFIG}, the fleet `fleetctl up` runs here)")
+    s.add_argument(
+        "--config",
+        metavar="FILE",
+        type=Path,
+        default=UP_CONFIG,
+        help=f"the supervisord configuration ({UP_CONFIG}, the fleet `fleetctl up` runs here)",
+    )
 
     e = sub.add_parser(
         "exec-env",
@@ -120,9 +178,15 @@ def add_commands(sub: Any) -> dict[str, Command]:
 
         return cmd_up(args)
 
+    def cmd_down(args: argparse.Namespace) -> int:
+        from fleet.ops.down import cmd_down
+
+        return cmd_down(args)
+
     return {
         "supervisor-config": cmd_supervisor_config,
         "up": cmd_up,
+        "down": cmd_down,
         "scale": cmd_scale,
         "exec-env": cmd_exec_env,
     }
@@ -169,8 +233,11 @@ def cmd_scale(args: argparse.Namespace) -> int:
         slots = len(sv.workers())
         if args.n > slots:
             raise UsageError(f"N: this fleet has {slots} worker slots; render it with a larger --max-workers")
-        print(f"scaling to {args.n} worker{'' if args.n == 1 else 's'} (stopping workers finish or hand back "
-              "their runs first)", flush=True)
+        print(
+            f"scaling to {args.n} worker{'' if args.n == 1 else 's'} (stopping workers finish or hand back "
+            "their runs first)",
+            flush=True,
+        )
         r = scale_workers(sv, args.n, SCALE_TIMEOUT_S)
     except SupervisorUnavailable as e:
         here = args.config == UP_CONFIG
@@ -181,8 +248,10 @@ def cmd_scale(args: argparse.Namespace) -> int:
             print(f"{label}: {', '.join(names)}")
     print(f"{r.running} of {r.slots} worker slots running")
     if r.failed:
-        print(f"fleetctl scale: did not reach the wanted state: {', '.join(r.failed)} "
-              "(see their logs)", file=sys.stderr)
+        print(
+            f"fleetctl scale: did not reach the wanted state: {', '.join(r.failed)} (see their logs)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

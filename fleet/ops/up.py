@@ -1,8 +1,10 @@
 """`fleetctl up`: a whole fleet in this directory under supervisord, with a live view, until Ctrl-C.
 
 Everything it starts lives in `.fleet/`: the embedded database (`pgdata/`, only when FLEET_DATABASE_URL
-is unset), the environment file and supervisord configuration it renders, the logs, and `up.lock`, held
-while it runs so a second `up` here refuses to start.
+is unset), the environment file and supervisord configuration it renders, the logs, `up.lock`, held
+while it runs so a second `up` here refuses to start, and `up.json`, through which the other commands
+started here find the embedded database (see fleet.embedded). `fleetctl down` stops what a crashed
+`up` left behind.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ import argparse
 import contextlib
 import fcntl
 import hashlib
-import importlib
-import json
 import os
 import signal
 import subprocess
@@ -20,7 +20,6 @@ import sys
 import tempfile
 import threading
 import time
-import xmlrpc.client
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -29,18 +28,31 @@ from typing import Any
 import psycopg
 
 from fleet.apply import apply_specs
+from fleet.apps import import_apps
 from fleet.command_jobs import load_command_jobs
-from fleet.db import connect, redact
-from fleet.embedded import EMBEDDED_DIR, embedded_url, stop_embedded
+from fleet.db import connect, redact, url_params
+from fleet.embedded import (
+    EMBEDDED_DIR,
+    FLEET_DIR,
+    UpState,
+    embedded_pid,
+    embedded_url,
+    pid_alive,
+    read_up_state,
+    remove_up_state,
+    stop_embedded,
+    write_up_state,
+)
 from fleet.envfile import render_env
 from fleet.errors import ConfigError, ScheduleFileError
 from fleet.jobs import registered
 from fleet.migrate import migrate
 from fleet.ops import live
 from fleet.ops.cli import UsageError
-from fleet.ops.control import ProcInfo, Supervisor, SupervisorUnavailable, serverurl_from_config
+from fleet.ops.control import ProcInfo, Supervisor, SupervisorUnavailable
 from fleet.ops.dashboard.command import RunningDashboard
 from fleet.ops.dashboard.config import DEFAULT_LISTEN, DEFAULT_REFRESH_S, settings_from
+from fleet.ops.down import left_supervisord, runs_with, stop_left_supervisord
 from fleet.ops.supervise import default_bin_dir, default_grace
 from fleet.queries import q
 from fleet.schedfile import ScheduleSpec, load
@@ -48,8 +60,8 @@ from fleet.signals import on_stop_signal
 from fleet.supervisor import TICKER_STOPWAIT_S, SupervisorOptions, render
 
 DEMO_APP = "fleet.examples.demo_jobs"
-FLEET_DIR = Path(".fleet")
 _READY_TIMEOUT_S = 30.0
+_LOCK_PATIENCE_S = 1.0
 _TTY_REFRESH_S = 1.0
 _PLAIN_REFRESH_S = 5.0
 
@@ -85,12 +97,20 @@ class UpLock:
     def acquire(self) -> int | None:
         """None when acquired, else the pid of the process holding it (0 if unknown)."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = os.read(fd, 32).decode(errors="replace").strip()
-            os.close(fd)
-            return int(text) if text.isdigit() else 0
+        # Other commands look for a running `up` by taking a shared lock for an instant
+        # (fleet.embedded.up_running): a refusal is final only when it lasts.
+        end = time.monotonic() + _LOCK_PATIENCE_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                text = os.read(fd, 32).decode(errors="replace").strip()
+                if (text.isdigit() and pid_alive(int(text))) or time.monotonic() > end:
+                    os.close(fd)
+                    return int(text) if text.isdigit() else 0
+                os.lseek(fd, 0, os.SEEK_SET)
+                time.sleep(0.02)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self.fd = fd
@@ -118,24 +138,6 @@ def control_socket(fleet_dir: Path) -> Path:
     return short / "supervisor.sock"
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def read_pid(path: Path) -> int | None:
-    try:
-        first = path.read_text().split("\n", 1)[0].strip()
-    except OSError:
-        return None
-    return int(first) if first.isdigit() else None
-
-
 def _die_with_parent() -> None:
     """In the child before exec: receive SIGTERM if `fleetctl up` dies (Linux), so nothing is orphaned."""
     if sys.platform == "linux":
@@ -151,7 +153,6 @@ class Up:
         self.base = base
         self.dir = fleet_dir
         self.logs = fleet_dir / "logs"
-        self.state_path = fleet_dir / "up.json"
         self.conf_path = fleet_dir / "supervisord.conf"
         self.stop = threading.Event()
         self.force = False
@@ -190,7 +191,7 @@ class Up:
                 if self.started_db:
                     self._say("stopping the embedded PostgreSQL")
                     stop_embedded(self.base)
-                self.state_path.unlink(missing_ok=True)
+                remove_up_state(self.base)
                 restore()
 
     def _run(self) -> int:
@@ -232,57 +233,40 @@ class Up:
         """Import the app modules as a worker will (failing here beats workers failing under supervisord)."""
         sys.path.insert(0, str(self.base))
         try:
-            for module in apps:
-                try:
-                    importlib.import_module(module)
-                except ImportError as e:
-                    raise UsageError(f"--app: cannot import {module!r}: {e}") from None
+            import_apps(apps)  # AppImportError: one line naming the module, exit 2
             if jobs_file:
                 load_command_jobs(jobs_file)
-        except ConfigError as e:
-            raise UsageError(str(e)) from None
         finally:
             sys.path.remove(str(self.base))
         return set(registered())
 
     def _clean_up_after_an_earlier_up(self) -> None:
         """An earlier `up` here was killed before it could clean up: stop what it left running."""
-        try:
-            state = json.loads(self.state_path.read_text())
-        except (OSError, ValueError):
-            state = {}
-        pid = read_pid(self.dir / "supervisord.pid")
-        if pid and pid_alive(pid) and _runs_with(pid, str(self.conf_path)):
+        earlier = read_up_state(self.base)
+        remove_up_state(self.base)  # its URL is not for the other commands until this `up` is ready
+        pid = left_supervisord(self.dir)
+        if pid is not None:
             self._say(f"stopping the supervisord (pid {pid}) an earlier `fleetctl up` left running")
-            try:
-                Supervisor(serverurl_from_config(self.conf_path)).shutdown()
-            except (SupervisorUnavailable, xmlrpc.client.Fault):  # Fault: it is shutting down already
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGTERM)
-            end = time.monotonic() + 120
-            while pid_alive(pid) and time.monotonic() < end and not self.stop.is_set():
-                time.sleep(0.2)
-        postmaster = read_pid(self.base / EMBEDDED_DIR / "postmaster.pid")
-        if state.get("started_db") and postmaster and pid_alive(postmaster):
+            stop_left_supervisord(self.dir, pid, self.stop)
+        if earlier is not None and earlier.started_db and embedded_pid(self.base) is not None:
             self.started_db = True  # it was ours: this `up` stops it on exit
 
     def _database(self) -> str:
         url: str | None = self.args.database_url or os.environ.get("FLEET_DATABASE_URL")
         if url:
+            url_params(url, "--database-url" if self.args.database_url else "FLEET_DATABASE_URL")
             self._say(f"database {redact(url)}")
+            write_up_state(self.base, UpState(os.getpid(), None, False))
             return url
         self.embedded = True
-        postmaster = read_pid(self.base / EMBEDDED_DIR / "postmaster.pid")
-        running = postmaster is not None and pid_alive(postmaster)
+        running = embedded_pid(self.base) is not None
         if not running:
             self._say(f"starting the embedded PostgreSQL in {EMBEDDED_DIR}")
         url = embedded_url(self.base)
         self.started_db = self.started_db or not running
-        self._write_state()
+        # From here on, fleet commands started in this directory use this server.
+        write_up_state(self.base, UpState(os.getpid(), url, self.started_db))
         return url
-
-    def _write_state(self) -> None:
-        self.state_path.write_text(json.dumps({"pid": os.getpid(), "started_db": self.started_db}) + "\n")
 
     def _apply(self, conn: psycopg.Connection[Any], specs: list[ScheduleSpec] | None) -> None:
         if specs is None:
@@ -403,7 +387,7 @@ class Up:
                 proc.kill()
                 proc.wait(10)
         # supervisord is gone; none of its children may outlive it (it could have been killed itself).
-        left = [p.pid for p in self.known if p.pid and pid_alive(p.pid) and _runs_with(p.pid, "fleet")]
+        left = [p.pid for p in self.known if p.pid and pid_alive(p.pid) and runs_with(p.pid, "fleet")]
         for pid in left:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)
@@ -487,13 +471,3 @@ class Up:
         if screen is not None:
             screen.close()
             print()
-
-
-def _runs_with(pid: int, text: str) -> bool:
-    """Whether process `pid`'s command line contains `text` (a pid file may name a reused pid)."""
-    try:
-        return text.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except FileNotFoundError:
-        return not Path("/proc/self").exists()  # no /proc here: trust the pid file
-    except OSError:
-        return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -9,6 +10,7 @@ import threading
 from collections.abc import Sequence
 
 from fleet import logs, telemetry
+from fleet.db import resolve_url
 from fleet.errors import ConfigError, DatabaseUnavailable
 from fleet.settings import ticker_settings
 from fleet.signals import on_stop_signal
@@ -18,6 +20,7 @@ from fleet.ticker.loop import Ticker
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = ticker_settings(argv, os.environ)
+        settings = dataclasses.replace(settings, database_url=resolve_url(settings.database_url))
     except ConfigError as e:
         print(f"fleet-ticker: {e}", file=sys.stderr)
         return 2

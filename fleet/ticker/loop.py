@@ -13,12 +13,14 @@ from fleet import logs, telemetry
 from fleet.db import (
     connect,
     connect_retrying,
+    describe,
     permission_denied,
     prepared_statements_broke,
     redact,
     resolve_url,
 )
-from fleet.errors import DatabaseUnavailable
+from fleet.errors import DatabaseUnavailable, SchemaOutdated
+from fleet.migrate import check_schema
 from fleet.queries import q
 from fleet.registry import process_register, process_remove, process_touch
 from fleet.settings import TickerSettings
@@ -57,13 +59,14 @@ class Ticker:
         )
         self.listen = connect(self.url, app + " listen", listen=True)
         self.listen.execute("LISTEN fleet_schedules")
+        check_schema(self.conn)
         process_register(self.conn, self.settings.ticker_id, "ticker")
         self._unavailable_log.reset()
         self.is_leader = not self.settings.leader
 
     def _unavailable(self, e: Exception) -> None:
         if self._unavailable_log.due():
-            logs.event("db_unavailable", error=str(e))
+            logs.event("db_unavailable", ticker_id=self.settings.ticker_id, error=describe(e))
 
     def _close(self) -> None:
         for c in (self.conn, self.listen):
@@ -96,7 +99,7 @@ class Ticker:
                     done = self._step()
                     if done:
                         break
-                except (psycopg.Error, DatabaseUnavailable) as e:
+                except (psycopg.Error, DatabaseUnavailable, SchemaOutdated) as e:
                     if self.stop.is_set():
                         break  # asked to stop while the database was out of reach
                     denied = permission_denied(e, self.url, "fleet_ticker")
@@ -112,7 +115,8 @@ class Ticker:
                     # next prepares nothing); other errors when they start and every 30 s.
                     broke = prepared_statements_broke(e, ticker_id=self.settings.ticker_id)
                     if not broke and self._unavailable_log.due():
-                        logs.event("db_error", ticker_id=self.settings.ticker_id, error=str(e).strip())
+                        event = "db_unavailable" if isinstance(e, DatabaseUnavailable) else "db_error"
+                        logs.event(event, ticker_id=self.settings.ticker_id, error=describe(e))
                     if broke and not self._retried_unprepared:
                         # The next connection prepares nothing: tick again at once, so a slot due
                         # now is not a second late (past its grace, a missed slot).

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Sequence
 
 from fleet import logs, telemetry
+from fleet.apps import import_apps
 from fleet.command_jobs import load_command_jobs
+from fleet.db import resolve_url
 from fleet.errors import ConfigError
 from fleet.jobs import registered
 from fleet.settings import worker_settings
@@ -19,20 +22,21 @@ from fleet.worker.loop import Worker
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    debug = False
     try:
         settings = worker_settings(argv, os.environ)
+        debug = settings.debug
+        settings = dataclasses.replace(settings, database_url=resolve_url(settings.database_url))
         sys.path.insert(0, os.getcwd())
-        for module in settings.app:
-            try:
-                importlib.import_module(module)
-            except ImportError as e:
-                raise ConfigError(f"--app: cannot import {module!r}: {e}") from None
+        import_apps(settings.app)
         if settings.jobs_file:
             load_command_jobs(settings.jobs_file)
         handlers = registered()
         if not handlers:
             raise ConfigError('--app: the modules registered no job (use @fleet.job("name"))')
     except ConfigError as e:
+        if debug and e.__cause__ is not None:
+            traceback.print_exception(e.__cause__)
         print(f"fleet-worker: {e}", file=sys.stderr)
         return 2
     logs.configure(settings.log_format, process="worker")

@@ -11,7 +11,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from fleet import logs
-from fleet.db import prepared_statements_broke
+from fleet.db import prepared_statements_broke, unavailable
 from fleet.queries import q
 from fleet.registry import process_touch
 from fleet.worker.attempt import LEASE_RAN_OUT, trusted_for
@@ -83,7 +83,7 @@ class Heartbeat(threading.Thread):
                 process_touch(conn, w.settings.worker_id, len(w.inflight))
                 self.last_touch = time.monotonic()
         except Exception as e:  # noqa: BLE001 - the next beat tries again
-            logs.event("heartbeat_error", worker_id=w.settings.worker_id, error=str(e).strip()[:500])
+            logs.event("heartbeat_error", worker_id=w.settings.worker_id, error=unavailable(e, self.pool))
 
     def beat(self) -> None:
         w = self.worker
@@ -108,7 +108,7 @@ class Heartbeat(threading.Thread):
                     self.last_touch = sent
         except (psycopg.Error, Exception) as e:  # noqa: BLE001 - keep beating whatever went wrong
             if not prepared_statements_broke(e, worker_id=w.settings.worker_id):  # else: beats on, unprepared
-                logs.event("heartbeat_error", worker_id=w.settings.worker_id, error=str(e).strip()[:500])
+                logs.event("heartbeat_error", worker_id=w.settings.worker_id, error=unavailable(e, self.pool))
 
 
 class LeaseWatch(threading.Thread):

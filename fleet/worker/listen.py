@@ -6,7 +6,7 @@ import threading
 import time
 
 from fleet import logs
-from fleet.db import connect
+from fleet.db import connect, describe
 
 # Any role that can connect may NOTIFY fleet_runs. However many notifications arrive, `wake` is set
 # at most once per this interval (the first at once, one more at the interval's end if any came in
@@ -59,5 +59,5 @@ class Listener(threading.Thread):
             except Exception as e:  # noqa: BLE001 - a lost listener only delays wake-ups to the poll
                 if not self.halt.is_set():
                     if errors.due():
-                        logs.event("listen_error", error=str(e).strip()[:300])
+                        logs.event("listen_error", error=describe(e))
                     self.halt.wait(1.0)

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from fleet import logs, telemetry
-from fleet.db import make_pool, prepared_statements_broke, redact, resolve_url
+from fleet.db import Pool, describe, make_pool, prepared_statements_broke, redact, resolve_url, unavailable
+from fleet.errors import SchemaOutdated
 from fleet.jobs import Handler
+from fleet.migrate import check_schema
 from fleet.queries import q
 from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings
@@ -88,7 +90,7 @@ class Worker:
         self.todo: queue.SimpleQueue[Attempt | None] = queue.SimpleQueue()
         self.done: queue.SimpleQueue[Attempt] = queue.SimpleQueue()
         self.url = resolve_url(settings.database_url)
-        self.pool: ConnectionPool[Any] | None = None
+        self.pool: Pool | None = None
         self.threads: list[threading.Thread] = []
         self.counts = {"done": 0, "failed": 0, "dead": 0, "fenced": 0}
         self._grace_end_mono: float | None = None
@@ -452,9 +454,11 @@ class Worker:
             logs.event("worker_stopped", worker_id=s.worker_id, **self.counts)
         return 0
 
-    def _unavailable(self, e: Exception) -> None:
+    def _unavailable(self, e: Exception, event: str = "db_unavailable") -> None:
+        """One line (when the trouble starts, then every 30 s): where the database is and why it
+        cannot be used (connection refused, the schema missing, ...)."""
         if self._unavailable_log.due():
-            logs.event("db_unavailable", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
+            logs.event(event, worker_id=self.settings.worker_id, error=unavailable(e, self.pool))
 
     def _wait_for_database(self) -> bool:
         """Register this worker, retrying while the database cannot be reached (a process manager
@@ -463,13 +467,17 @@ class Worker:
         while not self.stop.is_set():
             try:
                 with self.pool.connection(timeout=_BORROW_S) as conn:
+                    check_schema(conn)
                     process_register(conn, self.settings.worker_id, "worker", self.jobs)
                 self._unavailable_log.reset()
                 return True
             except PoolTimeout as e:
                 self._unavailable(e)
+            except (psycopg.OperationalError, SchemaOutdated) as e:  # not migrated yet, server restarting
+                self._unavailable(e, "db_error" if isinstance(e, SchemaOutdated) else "db_unavailable")
+                self.stop.wait(_BORROW_S)
             except Exception as e:  # noqa: BLE001 - retry whatever went wrong
-                self._unavailable(e)
+                self._unavailable(e, "db_error")
                 self.stop.wait(_BORROW_S)
         return False
 
@@ -488,7 +496,7 @@ class Worker:
                 # next prepares nothing); other errors when they start and every 30 s.
                 broke = prepared_statements_broke(e, worker_id=self.settings.worker_id)
                 if not broke and self._error_log.due():
-                    logs.event("db_error", worker_id=self.settings.worker_id, error=str(e).strip()[:300])
+                    logs.event("db_error", worker_id=self.settings.worker_id, error=describe(e))
                 if broke and not self._retried_unprepared:
                     self._retried_unprepared = True  # the next connection prepares nothing: at once
                 elif not self.stop.is_set():

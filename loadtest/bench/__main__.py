@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from fleet.db import resolve_url
+from fleet.embedded import embedded_url
 from loadtest.bench.config import SECTIONS, SLOW_SECTIONS, Bench, Options, options
 from loadtest.bench.procs import ROOT
 from loadtest.bench.report import Report
@@ -83,7 +83,7 @@ def _raise_exit(signum: int, _frame: FrameType | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     opts, a = parse(argv)
     signal.signal(signal.SIGTERM, _raise_exit)  # clean up (processes, databases) on SIGTERM too
-    url = resolve_url(a.database_url or os.environ.get("FLEET_DATABASE_URL"), ROOT)
+    url = a.database_url or os.environ.get("FLEET_DATABASE_URL") or embedded_url(ROOT)
     server = Server(url)
     bench = Bench(opts, server, a.log_dir)
     report = Report(

@@ -22,7 +22,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from fleet.db import connect, resolve_url
+from fleet.db import connect
+from fleet.embedded import embedded_url
 from fleet.worker.attempt import Attempt, Outcome
 from fleet.worker.finish import DONE
 from fleet.worker.loop import run_round
@@ -119,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=40_000, help="runs drained per trial (40000)")
     p.add_argument("--repeat", type=int, default=3, help="trials per figure, median reported (3)")
     a = p.parse_args(argv)
-    server = Server(resolve_url(a.database_url or os.environ.get("FLEET_DATABASE_URL"), ROOT))
+    server = Server(a.database_url or os.environ.get("FLEET_DATABASE_URL") or embedded_url(ROOT))
     try:
         url = server.database("rounds")
         with connect(url, "fleet-bench rounds") as conn:

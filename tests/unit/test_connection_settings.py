@@ -53,3 +53,31 @@ def test_network_defaults_apply_unless_the_url_sets_them() -> None:
     assert "tcp_user_timeout" not in own and "connect_timeout" not in own
     assert own["keepalives_idle"] == 10
     assert "keepalives" not in _kwargs("host=localhost keepalives=0", "x")
+
+
+@pytest.mark.parametrize("command", RUN)
+@pytest.mark.parametrize("given", ["flag", "env"])
+def test_a_url_that_is_not_postgresql_says_what_one_looks_like(
+    command: str, given: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = "mysql://app:s3cret@db.example:3306/shop"
+    if given == "env":
+        monkeypatch.setenv("FLEET_DATABASE_URL", url)
+        code = ENV_RUN[command]()
+    else:
+        monkeypatch.delenv("FLEET_DATABASE_URL", raising=False)
+        code = RUN[command](url)
+    err = capsys.readouterr().err
+    (line,) = err.strip().splitlines()
+    field = "--database-url" if given == "flag" else "FLEET_DATABASE_URL"
+    assert (
+        code == 2 and line.startswith(f"{command}") and f": {field}: mysql:// is not a PostgreSQL URL" in line
+    )
+    assert "postgresql://USER:PASSWORD@HOST:PORT/DATABASE" in line and "s3cret" not in line
+
+
+ENV_RUN = {
+    "fleetctl": lambda: fleetctl(["status"]),
+    "fleet-worker": lambda: worker(["--app", "fleet_test_jobs"]),
+    "fleet-ticker": lambda: ticker([]),
+}

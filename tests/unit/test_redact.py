@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.db import redact, url_params
+from fleet.db import redact, scrub, url_params
 from fleet.errors import ConfigError
 
 SECRET = "s3cr?t w0rd"
@@ -55,5 +55,10 @@ def test_an_unreadable_string_is_not_shown_and_its_error_hides_the_fragment() ->
     with pytest.raises(ConfigError) as e:
         url_params(bad, "FLEET_DATABASE_URL")
     assert "hunter2" not in str(e.value)
-    assert str(e.value).startswith("FLEET_DATABASE_URL: not a PostgreSQL connection string")
+    assert str(e.value).startswith("FLEET_DATABASE_URL: ") and "not a PostgreSQL" in str(e.value)
     assert "postgresql://" in str(e.value)
+
+
+def test_free_text_is_scrubbed_of_password_shapes() -> None:
+    assert scrub("failed for postgresql://u:hunter2@h/db") == "failed for postgresql://u:***@h/db"
+    assert "hunter2" not in scrub("bad: host=h password='hunter2 x' dbname=d")
