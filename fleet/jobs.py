@@ -6,6 +6,9 @@ the database names a job, it can never make a worker run anything else.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import math
 import threading
 import time
@@ -43,6 +46,24 @@ def registered() -> dict[str, Handler]:
     return dict(_REGISTRY)
 
 
+def is_async(fn: Handler) -> bool:
+    """Whether `fn` is an `async def` handler (run on the worker's event loop, not on a thread): a
+    coroutine function, seen through `functools.wraps` wrappers and partials, or an object whose
+    `__call__` is one."""
+    seen = fn
+    while True:
+        if inspect.iscoroutinefunction(seen):
+            return True
+        if isinstance(seen, functools.partial):
+            seen = seen.func
+        elif hasattr(seen, "__wrapped__"):
+            seen = seen.__wrapped__
+        else:
+            break
+    call = getattr(type(seen), "__call__", None)  # noqa: B004 - the class's, not a callable check
+    return not inspect.isroutine(seen) and inspect.iscoroutinefunction(call)
+
+
 def idempotency_key(schedule: str, slot: datetime) -> str:
     """`schedule:slot` with the slot in ISO-8601 UTC: the same for every attempt of a slot."""
     return f"{schedule}:{slot_iso(slot)}"
@@ -59,9 +80,9 @@ _SIGNALS_LOCK = threading.Lock()
 class CancelSignal:
     """A one-way cancellation flag that can be waited on.
 
-    Like `threading.Event`, but the event (a lock and a condition) is only made when someone waits:
-    most attempts end without anyone waiting on, or setting, their signal. Setting and first
-    waiting, both rare, share one lock for all signals.
+    Like `threading.Event`, but the event (a lock and a condition) is only made when someone waits
+    or asks to be called: most attempts end without anyone waiting on, or setting, their signal.
+    Setting and first waiting, both rare, share one lock for all signals.
     """
 
     __slots__ = ("_event", "_set")
@@ -90,10 +111,38 @@ class CancelSignal:
                     self._event.set()
         return self._event.wait(max(0.0, timeout))
 
+    def on_set(self, callback: Callable[[], object]) -> None:
+        """Call `callback` once when the signal is set (at once if it is already), on the thread that
+        sets it: it must be quick and must not set a signal itself."""
+        with _SIGNALS_LOCK:
+            if not self._set:
+                self._event = _Calling(callback, self._event)
+                return
+        callback()
+
+
+class _Calling(threading.Event):
+    """The event of a signal somebody asked to be called by: setting it calls them (and sets the
+    event that was there before, which threads may be waiting on)."""
+
+    def __init__(self, callback: Callable[[], object], before: threading.Event | None) -> None:
+        super().__init__()
+        self.callback = callback
+        self.before = before
+
+    def set(self) -> None:
+        if self.is_set():
+            return
+        super().set()
+        if self.before is not None:
+            self.before.set()
+        self.callback()
+
 
 @dataclass
 class JobContext:
-    """What a handler knows about its attempt. Long handlers should watch `cancelled`."""
+    """What a handler knows about its attempt. Long handlers should watch `cancelled` (or, in a sync
+    handler, sleep with `wait`; in an `async def` one, with `await sleep`)."""
 
     schedule: str
     slot: datetime
@@ -133,6 +182,20 @@ class JobContext:
             # Wake at the lease deadline too: a heartbeat may have moved it on, or it has run out.
             if self.cancel_event.wait(min(end, self.lease_deadline()) - now + 0.001):
                 return True
+
+    async def sleep(self, seconds: float) -> bool:
+        """In an `async def` handler: sleep up to `seconds`, returning True early if the attempt is
+        cancelled. Cancellation reaches a handler awaiting this as `asyncio.CancelledError`, like any
+        other await; True means it was seen before the sleep began or at a lease deadline."""
+        end = time.monotonic() + seconds
+        while True:
+            now = time.monotonic()
+            if self.cancelled:
+                return True
+            if now >= end:
+                return False
+            # Wake at the lease deadline too: a heartbeat may have moved it on, or it has run out.
+            await asyncio.sleep(min(end, self.lease_deadline()) - now + 0.001)
 
     def check(self) -> None:
         """Raise `Cancelled` if the attempt was cancelled."""

@@ -19,7 +19,7 @@ from fleet.jobs import Handler
 from fleet.queries import q
 from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings
-from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, execute
+from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, error_text, execute
 from fleet.worker.claim import Skipped, claim_result, send_claim
 from fleet.worker.finish import DONE, decide, finish_result, handed_back, send_finish
 from fleet.worker.heartbeat import Heartbeat, LeaseWatch
@@ -108,12 +108,15 @@ class Worker:
             if not self._may_start(a):
                 self._returned(a, ("cancelled", None))
                 continue
-            ctx = a.context(self.settings.worker_id)
-            if tracing:
-                with telemetry.attempt_span(a, ctx):
+            try:
+                ctx = a.context(self.settings.worker_id)
+                if tracing:
+                    with telemetry.attempt_span(a, ctx):
+                        verdict, error = execute(self.handlers[a.job], ctx)
+                else:
                     verdict, error = execute(self.handlers[a.job], ctx)
-            else:
-                verdict, error = execute(self.handlers[a.job], ctx)
+            except BaseException as e:  # noqa: BLE001 - the thread serves on whatever happened
+                verdict, error = "failed", f"the worker could not run the handler: {error_text(e)}"
             self._returned(a, (verdict, error))
 
     def _may_start(self, a: Attempt) -> bool:

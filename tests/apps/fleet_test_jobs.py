@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import fleet
@@ -79,3 +80,28 @@ def traced(ctx: JobContext) -> None:
     with trace.get_tracer("fleet-test-jobs").start_as_current_span("render report") as span:
         span.set_attribute("app.pages", 3)
     _record("done", ctx)
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("no text for this exception")
+
+
+@fleet.job("exits")
+def exits(ctx: JobContext) -> None:
+    """Ends the way a script does: sys.exit(3)."""
+    _record("start", ctx)
+    sys.exit(3)
+
+
+@fleet.job("interrupted")
+def interrupted(ctx: JobContext) -> None:
+    _record("start", ctx)
+    raise KeyboardInterrupt
+
+
+@fleet.job("unprintable")
+def unprintable(ctx: JobContext) -> None:
+    """Raises an exception whose __str__ itself raises."""
+    _record("start", ctx)
+    raise Unprintable
