@@ -24,7 +24,7 @@ from tests.support import (
 
 
 def run_row(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    r = conn.execute(
+    r: dict[str, Any] | None = conn.execute(
         "SELECT *, status::text AS status FROM fleet.job_runs WHERE schedule_name = 's'"
     ).fetchone()
     assert r is not None
@@ -111,7 +111,8 @@ def test_an_async_run_is_renewed_then_fenced_like_a_sync_one(
         assert (run_row(conn)["status"], run_row(conn)["attempts"]) == ("running", 1)
         # Another worker takes the run over: the next heartbeat fences the attempt and cancels it.
         conn.execute(
-            "UPDATE fleet.job_runs SET attempts = 2, locked_by = 'other', locked_until = now() + interval '1 hour'"
+            "UPDATE fleet.job_runs SET attempts = 2, locked_by = 'other', "
+            "locked_until = now() + interval '1 hour'"
         )
         wait_for(
             lambda: any(e[0] == "cancelled" for e in job_events(tmp_path)),
