@@ -10,7 +10,18 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import FAST, job_events, one_run, processes, scalar, start_worker, wait_for
+from fleet.worker.loop import EXIT_ABANDONED
+from tests.support import (
+    FAST,
+    apply_text,
+    job_events,
+    log_events,
+    one_run,
+    processes,
+    scalar,
+    start_worker,
+    wait_for,
+)
 
 
 def outcomes(conn: psycopg.Connection[Any]) -> list[tuple[int, str]]:
@@ -50,3 +61,56 @@ def test_any_ending_of_a_handler_is_an_attempt_outcome_and_its_thread_serves_on(
             what="the next run done",
         )
         assert w.popen.poll() is None
+
+
+def test_handlers_ignoring_their_timeout_are_abandoned_and_the_worker_restarts(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    apply_text(
+        conn,
+        '[[schedule]]\nname = "s"\nevery = "1d"\njob = "stubborn"\nargs = { seconds = 60, later = 0.1 }\n'
+        'overlap = "allow"\ntimeout = "1s"\nretry = { base = "1s" }\nstart_at = "2099-01-01T00:00:00Z"\n',
+    )
+    conn.execute(
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
+        "SELECT name, '2026-01-01'::timestamptz + make_interval(secs => g), job, args, 'allow', now() "
+        "FROM fleet.schedules, generate_series(1, 2) g"
+    )
+    with processes() as procs:
+        a = start_worker(procs, db_url, tmp_path, "a", *FAST, "--concurrency", "2", "--abandon-after", "1")
+        wait_for(lambda: len(job_events(tmp_path)) == 2, what="both handlers to start on a")
+        start_worker(procs, db_url, tmp_path, "b", *FAST)
+        # Both threads of a are stuck in handlers that ignore cancellation: a exits to be restarted.
+        assert a.wait(15) == EXIT_ABANDONED, a.output()[-3000:]
+        abandoned = [e for e in log_events(a) if e["event"] == "abandoned"]
+        assert len(abandoned) == 2 and all("--abandon-after 1" in e["error"] for e in abandoned)
+        stopped = [e for e in log_events(a) if e["event"] == "worker_stopped"]
+        assert stopped and stopped[0]["abandoned"] == 2 and stopped[0]["exit_code"] == EXIT_ABANDONED
+        wait_for(
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") == 2,
+            timeout=15,
+            what="b to retry both runs",
+        )
+    hist = conn.execute(
+        "SELECT attempt, worker_id, outcome FROM fleet.job_attempts ORDER BY scheduled_for, attempt"
+    ).fetchall()
+    assert [(h["attempt"], h["worker_id"], h["outcome"]) for h in hist] == [
+        (1, "a", "timeout"),
+        (2, "b", "done"),
+    ] * 2
+
+
+def test_an_async_handler_ignoring_its_cancellation_is_abandoned_alike(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    one_run(conn, "async_stubborn", "{ seconds = 60 }", timeout='"1s"', retry='{ base = "1s" }')
+    with processes() as procs:
+        a = start_worker(
+            procs, db_url, tmp_path, "a", *FAST, "--async-concurrency", "1", "--abandon-after", "1"
+        )
+        assert a.wait(15) == EXIT_ABANDONED, a.output()[-3000:]
+        assert [e[0] for e in job_events(tmp_path)] == ["start", "ignored"]
+        start_worker(procs, db_url, tmp_path, "b", *FAST)
+        wait_for(
+            lambda: outcomes(conn) == [(1, "timeout"), (2, "done")], timeout=15, what="b to retry the run"
+        )
