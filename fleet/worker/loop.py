@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from fleet import logs, telemetry
+from fleet import command_jobs, logs, telemetry
 from fleet.db import make_pool, prepared_statements_broke, redact, resolve_url
 from fleet.jobs import Handler, is_async
 from fleet.queries import q
@@ -550,6 +550,8 @@ class Worker:
         try:
             self._loop()
         finally:
+            if killed := command_jobs.kill_running():
+                logs.event("commands_killed", worker_id=s.worker_id, commands=killed)
             heartbeat.halt.set()
             watch.halt.set()
             listener.halt.set()

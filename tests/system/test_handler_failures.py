@@ -4,6 +4,8 @@ with every process it started."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,9 @@ import pytest
 from fleet.worker.loop import EXIT_ABANDONED
 from tests.support import (
     FAST,
+    Proc,
     apply_text,
+    env_for,
     job_events,
     log_events,
     one_run,
@@ -21,6 +25,7 @@ from tests.support import (
     scalar,
     start_worker,
     wait_for,
+    worker_cmd,
 )
 
 
@@ -114,3 +119,75 @@ def test_an_async_handler_ignoring_its_cancellation_is_abandoned_alike(
         wait_for(
             lambda: outcomes(conn) == [(1, "timeout"), (2, "done")], timeout=15, what="b to retry the run"
         )
+
+
+def tree_command(tmp: Path, kill_after: str) -> Path:
+    """A command job whose shell starts a grandchild in a session of its own (setsid), both ignoring
+    SIGTERM; each writes its pid to `tmp`."""
+    (tmp / "grandchild.sh").write_text(f"trap '' TERM\necho $$ > {tmp}/grandchild\nexec sleep 300\n")
+    (tmp / "child.sh").write_text(
+        f"trap '' TERM\nsetsid sh {tmp}/grandchild.sh &\necho $$ > {tmp}/child\nsleep 300\n"
+    )
+    jobs = tmp / "jobs.toml"
+    jobs.write_text(f'[[job]]\nname = "tree"\nargv = ["sh", "{tmp}/child.sh"]\nkill_after = "{kill_after}"\n')
+    return jobs
+
+
+def pids(tmp: Path) -> list[int]:
+    files = [tmp / "child", tmp / "grandchild"]
+    if not all(f.exists() and f.read_text().strip() for f in files):
+        return []
+    return [int(f.read_text()) for f in files]
+
+
+def gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"  # a zombie has ended (its parent has yet to reap it)
+
+
+def kill_leftovers(found: list[int]) -> None:
+    for pid in found:
+        if not gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_timed_out_command_is_killed_with_the_processes_that_left_its_session(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    jobs = tree_command(tmp_path, "0.5s")
+    one_run(conn, "tree", timeout='"1s"', retry="{ max_attempts = 1 }")
+    found: list[int] = []
+    try:
+        with processes() as procs:
+            cmd = worker_cmd("--jobs", str(jobs), "--id", "c", *FAST)
+            procs.append(Proc(cmd, env_for(db_url), tmp_path / "c.log"))
+            found = wait_for(lambda: pids(tmp_path), what="the command and its grandchild to start")
+            assert Path(f"/proc/{found[1]}/stat").exists() and os.getsid(found[1]) != os.getsid(found[0])
+            wait_for(lambda: outcomes(conn) == [(1, "dead")], timeout=10, what="the timeout")
+            wait_for(lambda: all(gone(p) for p in found), timeout=5, what="every process of the tree to end")
+    finally:
+        kill_leftovers(found)
+
+
+def test_a_stopping_worker_kills_its_command_trees(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    jobs = tree_command(tmp_path, "20s")  # longer than the worker waits for handed-back handlers
+    one_run(conn, "tree")
+    found: list[int] = []
+    try:
+        with processes() as procs:
+            cmd = worker_cmd("--jobs", str(jobs), "--id", "c", *FAST, "--grace", "0")
+            w = Proc(cmd, env_for(db_url), tmp_path / "c.log")
+            procs.append(w)
+            found = wait_for(lambda: pids(tmp_path), what="the command and its grandchild to start")
+            w.signal(signal.SIGTERM)
+            assert w.wait(15) == 0
+            assert any(e["event"] == "commands_killed" for e in log_events(w))
+            wait_for(lambda: all(gone(p) for p in found), timeout=5, what="every process of the tree to end")
+        assert outcomes(conn) == [(1, "handed_back")]
+    finally:
+        kill_leftovers(found)
