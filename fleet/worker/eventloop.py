@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from fleet import telemetry
+from fleet import logs, telemetry
 from fleet.jobs import Handler
 from fleet.worker.attempt import Attempt, error_text, execute_async
 
@@ -36,13 +37,27 @@ class EventLoop(threading.Thread):
         self.returned = returned
         self.loop = asyncio.new_event_loop()
         self.tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
+        self.halted = False
 
     def run(self) -> None:
         asyncio.set_event_loop(self.loop)
+        self.loop.set_exception_handler(self._unhandled)
         try:
-            self.loop.run_forever()
+            while not self.halted:
+                try:
+                    self.loop.run_forever()
+                except BaseException as e:  # noqa: BLE001 - a handler's own task ended the loop: run on
+                    # (KeyboardInterrupt and SystemExit in a task leave run_forever; the attempts are
+                    # awaited inside a guard, but a handler may start tasks of its own.)
+                    logs.event("event_loop_error", worker_id=self.worker_id, error=error_text(e))
         finally:
             self.loop.close()
+
+    def _unhandled(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """An error no task awaited (a handler's own background task): logged, as a line of ours."""
+        e = context.get("exception")
+        text = error_text(e) if isinstance(e, BaseException) else str(context.get("message"))
+        logs.event("event_loop_error", worker_id=self.worker_id, error=text)
 
     def submit(self, attempts: Sequence[Attempt]) -> None:
         """Start `attempts` on the loop (callable from any thread)."""
@@ -50,7 +65,8 @@ class EventLoop(threading.Thread):
 
     def halt(self) -> None:
         """Stop the loop; tasks still running are dropped with it (the worker handed their runs back)."""
-        if not self.loop.is_closed():
+        self.halted = True
+        with contextlib.suppress(RuntimeError):  # closed already
             self.loop.call_soon_threadsafe(self.loop.stop)
 
     def _cancel(self, task: asyncio.Task[None]) -> None:

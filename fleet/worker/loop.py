@@ -99,6 +99,7 @@ class Worker:
         # `async def` jobs run on the event loop, under their own bound; the others on threads.
         self.async_jobs = frozenset(j for j, h in handlers.items() if is_async(h))
         self.sync_jobs = [j for j in self.jobs if j not in self.async_jobs]
+        self.async_job_list = sorted(self.async_jobs)
         self.aio: EventLoop | None = None  # made when there are async jobs
         self.n_async = 0  # async attempts in `inflight`
         # Attempts whose handler was asked to stop (timed out, lease lost) and has not returned
@@ -226,7 +227,7 @@ class Worker:
                 jobs=jobs,
                 limit=limit,
                 lease_s=s.lease_s,
-                async_jobs=sorted(self.async_jobs),
+                async_jobs=self.async_job_list,
                 async_limit=async_limit,
             )
         except psycopg.Error:
