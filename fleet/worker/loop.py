@@ -100,6 +100,7 @@ class Worker:
         self.async_jobs = frozenset(j for j, h in handlers.items() if is_async(h))
         self.sync_jobs = [j for j in self.jobs if j not in self.async_jobs]
         self.async_job_list = sorted(self.async_jobs)
+        self._looked_for: list[str] = self.jobs
         self.aio: EventLoop | None = None  # made when there are async jobs
         self.n_async = 0  # async attempts in `inflight`
         # Attempts whose handler was asked to stop (timed out, lease lost) and has not returned
@@ -216,6 +217,8 @@ class Worker:
             if jobs:
                 limit = max(0, min(s.concurrency - (len(self.inflight) - self.n_async), s.claim_batch))
             async_limit = max(0, min(s.async_concurrency - self.n_async, s.claim_batch))
+            # When nothing was claimed, the next wait looks at the jobs there was room for.
+            self._looked_for = [*(jobs if limit else ()), *(self.async_job_list if async_limit else ())]
         result.requested = limit + async_limit
         if not batch and not result.requested:
             return result
@@ -682,7 +685,8 @@ class Worker:
         s = self.settings
         timeout = s.poll_s
         if r.requested and not r.claimed:
-            row = conn.execute(q("run_next_wait"), {"jobs": self.jobs, "now": None}).fetchone()
+            jobs = self.jobs if self.aio is None else self._looked_for
+            row = conn.execute(q("run_next_wait"), {"jobs": jobs, "now": None}).fetchone()
             wait = row["wait_s"] if row else None
             if s.until_idle and not self.inflight and not self.to_record and (wait is None or wait > 0):
                 return None

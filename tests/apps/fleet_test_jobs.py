@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
 import sys
 import time
 
+from fleet_test_events import record as _record
+
 import fleet
 from fleet import JobContext
-
-
-def _record(event: str, ctx: JobContext) -> None:
-    d = os.environ.get("FLEET_TEST_DIR")
-    if not d:
-        return
-    line = f"{event} {ctx.idempotency_key} {ctx.attempt} {ctx.worker_id} {os.getpid()} {time.time():.6f}\n"
-    fd = os.open(os.path.join(d, "events.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
 
 
 @fleet.job("noop")
@@ -106,44 +94,3 @@ def unprintable(ctx: JobContext) -> None:
     """Raises an exception whose __str__ itself raises."""
     _record("start", ctx)
     raise Unprintable
-
-
-@fleet.job("async_sleep")
-async def async_sleep(ctx: JobContext) -> None:
-    """Sleeps args.seconds on the worker's event loop; a cancellation arrives as CancelledError."""
-    _record("start", ctx)
-    try:
-        if args_flag(ctx, "ctx_sleep"):
-            if await ctx.sleep(float(ctx.args.get("seconds", 1))):
-                _record("cancelled", ctx)
-                ctx.check()
-        else:
-            await asyncio.sleep(float(ctx.args.get("seconds", 1)))
-    except asyncio.CancelledError:
-        _record("cancelled", ctx)
-        raise
-    _record("done", ctx)
-
-
-def args_flag(ctx: JobContext, name: str) -> bool:
-    return bool(ctx.args.get(name, False))
-
-
-@fleet.job("async_stubborn")
-async def async_stubborn(ctx: JobContext) -> None:
-    """Attempt 1 swallows every cancellation and sleeps on; later attempts finish at once."""
-    _record("start", ctx)
-    end = time.monotonic() + float(ctx.args.get("seconds", 30))
-    while ctx.attempt == 1 and time.monotonic() < end:
-        try:
-            await asyncio.sleep(end - time.monotonic())
-        except asyncio.CancelledError:
-            _record("ignored", ctx)
-    _record("done", ctx)
-
-
-@fleet.job("returns_coroutine")
-def returns_coroutine(ctx: JobContext) -> object:
-    """A sync function handing back a coroutine nobody awaits."""
-    _record("start", ctx)
-    return asyncio.sleep(0)

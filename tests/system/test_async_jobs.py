@@ -12,7 +12,9 @@ import psycopg
 
 from tests.support import (
     FAST,
+    Proc,
     apply_text,
+    env_for,
     job_events,
     log_events,
     one_run,
@@ -20,7 +22,21 @@ from tests.support import (
     scalar,
     start_worker,
     wait_for,
+    worker_cmd,
 )
+
+ASYNC_APP = ("--app", "fleet_async_test_jobs")
+
+
+def async_worker(procs: list[Proc], db_url: str, tmp: Path, wid: str, *flags: str) -> Proc:
+    """A worker of the async test jobs only: no handler threads, its runs on the event loop."""
+    p = Proc(
+        worker_cmd(*ASYNC_APP, "--id", wid, *flags),
+        env_for(db_url, FLEET_TEST_DIR=str(tmp)),
+        tmp / f"{wid}.log",
+    )
+    procs.append(p)
+    return p
 
 
 def run_row(conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -60,7 +76,9 @@ def test_sync_and_async_jobs_mix_in_one_worker(
     add_runs(conn, "waits", "async_sleep", 5, "{ seconds = 0.2, ctx_sleep = true }")
     add_runs(conn, "wrong", "returns_coroutine", 1)
     with processes() as procs:
-        w = start_worker(procs, db_url, tmp_path, "a", *FAST, "--concurrency", "2", "--until-idle")
+        w = start_worker(
+            procs, db_url, tmp_path, "a", *ASYNC_APP, *FAST, "--concurrency", "2", "--until-idle"
+        )
         assert w.wait(30) == 0, w.output()[-3000:]
     by = {
         r["schedule_name"]: (r["n"], r["done"])
@@ -87,7 +105,7 @@ def test_an_async_timeout_cancels_the_coroutine(
         conn, "async_sleep", "{ seconds = 30 }", timeout='"1s"', retry='{ max_attempts = 2, base = "1s" }'
     )
     with processes() as procs:
-        start_worker(procs, db_url, tmp_path, "a", *FAST)
+        async_worker(procs, db_url, tmp_path, "a", *FAST)
         wait_for(lambda: run_row(conn)["status"] == "dead", timeout=20, what="dead after two timeouts")
     assert outcomes(conn) == ["timeout", "dead"] and "timed out" in run_row(conn)["last_error"]
     assert [e[0] for e in job_events(tmp_path)] == ["start", "cancelled"] * 2
@@ -98,7 +116,7 @@ def test_an_async_run_is_renewed_then_fenced_like_a_sync_one(
 ) -> None:
     one_run(conn, "async_sleep", "{ seconds = 60, ctx_sleep = true }")
     with processes() as procs:
-        a = start_worker(procs, db_url, tmp_path, "a", *FAST)
+        a = async_worker(procs, db_url, tmp_path, "a", *FAST)
         wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="the handler to start")
         first = run_row(conn)["locked_until"]
         # Renewed past the 2 s lease by the heartbeat, as a sync run is.
@@ -128,7 +146,7 @@ def test_an_async_run_is_renewed_then_fenced_like_a_sync_one(
 def test_sigterm_hands_an_async_run_back(db_url: str, conn: psycopg.Connection[Any], tmp_path: Path) -> None:
     one_run(conn, "async_sleep", "{ seconds = 60 }")
     with processes() as procs:
-        a = start_worker(procs, db_url, tmp_path, "a", *FAST, "--grace", "0.5")
+        a = async_worker(procs, db_url, tmp_path, "a", *FAST, "--grace", "0.5")
         wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="the handler to start")
         a.signal(signal.SIGTERM)
         assert a.wait(10) == 0
@@ -141,7 +159,7 @@ def test_one_worker_runs_a_thousand_async_handlers_at_once(
 ) -> None:
     add_runs(conn, "many", "async_sleep", 1000, "{ seconds = 1 }")
     with processes() as procs:
-        w = start_worker(procs, db_url, tmp_path, "a", "--async-concurrency", "1000", "--until-idle")
+        w = async_worker(procs, db_url, tmp_path, "a", "--async-concurrency", "1000", "--until-idle")
         assert w.wait(60) == 0, w.output()[-3000:]
     assert scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") == 1000
     # Peak overlap of the handlers, from their own start and done lines.

@@ -110,12 +110,13 @@ def test_an_async_handler_ignoring_its_cancellation_is_abandoned_alike(
 ) -> None:
     one_run(conn, "async_stubborn", "{ seconds = 60 }", timeout='"1s"', retry='{ base = "1s" }')
     with processes() as procs:
+        flags = ("--app", "fleet_async_test_jobs", *FAST)
         a = start_worker(
-            procs, db_url, tmp_path, "a", *FAST, "--async-concurrency", "1", "--abandon-after", "1"
+            procs, db_url, tmp_path, "a", *flags, "--async-concurrency", "1", "--abandon-after", "1"
         )
         assert a.wait(15) == EXIT_ABANDONED, a.output()[-3000:]
         assert [e[0] for e in job_events(tmp_path)] == ["start", "ignored"]
-        start_worker(procs, db_url, tmp_path, "b", *FAST)
+        start_worker(procs, db_url, tmp_path, "b", *flags)
         wait_for(
             lambda: outcomes(conn) == [(1, "timeout"), (2, "done")], timeout=15, what="b to retry the run"
         )
