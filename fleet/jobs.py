@@ -50,16 +50,14 @@ def is_async(fn: Handler) -> bool:
     """Whether `fn` is an `async def` handler (run on the worker's event loop, not on a thread): a
     coroutine function, seen through `functools.wraps` wrappers and partials, or an object whose
     `__call__` is one."""
-    seen = fn
-    while True:
+    seen: Any = fn
+    for _ in range(100):  # a chain of wrappers, not a cycle
         if inspect.iscoroutinefunction(seen):
             return True
-        if isinstance(seen, functools.partial):
-            seen = seen.func
-        elif hasattr(seen, "__wrapped__"):
-            seen = seen.__wrapped__
-        else:
+        inner = seen.func if isinstance(seen, functools.partial) else getattr(seen, "__wrapped__", None)
+        if inner is None or inner is seen:
             break
+        seen = inner
     call = getattr(type(seen), "__call__", None)  # noqa: B004 - the class's, not a callable check
     return not inspect.isroutine(seen) and inspect.iscoroutinefunction(call)
 

@@ -410,7 +410,7 @@ class Worker:
         with self.lock:
             for a, _ in late:
                 self.inflight.pop(a.ident, None)
-                del self.cancelling[a.ident]
+                self.cancelling.pop(a.ident, None)
         if self.aio is not None:
             self.n_async = sum(1 for a in self.inflight.values() if a.job in self.async_jobs)
         for a, asked in late:
