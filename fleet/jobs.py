@@ -7,7 +7,6 @@ the database names a job, it can never make a worker run anything else.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import math
 import threading
@@ -47,19 +46,14 @@ def registered() -> dict[str, Handler]:
 
 
 def is_async(fn: Handler) -> bool:
-    """Whether `fn` is an `async def` handler (run on the worker's event loop, not on a thread): a
-    coroutine function, seen through `functools.wraps` wrappers and partials, or an object whose
-    `__call__` is one."""
-    seen: Any = fn
-    for _ in range(100):  # a chain of wrappers, not a cycle
-        if inspect.iscoroutinefunction(seen):
-            return True
-        inner = seen.func if isinstance(seen, functools.partial) else getattr(seen, "__wrapped__", None)
-        if inner is None or inner is seen:
-            break
-        seen = inner
-    call = getattr(type(seen), "__call__", None)  # noqa: B004 - the class's, not a callable check
-    return not inspect.isroutine(seen) and inspect.iscoroutinefunction(call)
+    """Whether `fn` is an `async def` handler, run on the worker's event loop rather than on a thread:
+    what `inspect.iscoroutinefunction` says of it (a partial of one counts), or an object whose
+    `__call__` is one. A sync function returning a coroutine (a decorator's plain `def` wrapper) is
+    sync: it may block, or run the coroutine itself."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - the class's method, not a callable check
+    return not inspect.isroutine(fn) and inspect.iscoroutinefunction(call)
 
 
 def idempotency_key(schedule: str, slot: datetime) -> str:

@@ -206,7 +206,8 @@ def _not_run(result: object) -> str:
         result.close()
     return (
         f"the handler returned {_type_name(result)}, an awaitable that a handler thread cannot run: "
-        "declare the job's function with `async def` so that the worker awaits it on its event loop"
+        "declare the job's function with `async def` so that the worker awaits it on its event loop "
+        "(a decorator's wrapper too)"
     )
 
 

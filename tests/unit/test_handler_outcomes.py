@@ -85,7 +85,7 @@ def test_an_async_handler_runs_to_completion_and_cancellation_is_cancelled() -> 
     assert asyncio.run(cancelled())[0] == "cancelled"
 
 
-def test_is_async_sees_coroutine_functions_through_wrappers_and_callables() -> None:
+def test_is_async_is_what_python_says_of_the_function() -> None:
     import functools
 
     async def a(c: JobContext) -> None: ...
@@ -93,11 +93,19 @@ def test_is_async_sees_coroutine_functions_through_wrappers_and_callables() -> N
     def s(c: JobContext) -> None: ...
 
     @functools.wraps(a)
-    def wrapped(c: JobContext) -> Any:
+    def plain_wrapper(c: JobContext) -> Any:
         return a(c)
+
+    @functools.wraps(a)
+    async def async_wrapper(c: JobContext) -> None:
+        await a(c)
 
     class Callable:
         async def __call__(self, c: JobContext) -> None: ...
 
-    assert is_async(a) and is_async(wrapped) and is_async(Callable()) and is_async(functools.partial(a))
+    assert is_async(a) and is_async(async_wrapper) and is_async(Callable()) and is_async(functools.partial(a))
     assert not is_async(s) and not is_async(print)
+    # A plain `def` wrapper is sync (it might run the coroutine itself); returning one fails clearly.
+    assert not is_async(plain_wrapper)
+    verdict, error = execute(plain_wrapper, ctx())
+    assert verdict == "failed" and error is not None and "(a decorator's wrapper too)" in error
