@@ -69,6 +69,14 @@ def slot_iso(slot: datetime) -> str:
 _SIGNALS_LOCK = threading.Lock()
 
 
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class CancelSignal:
     """A one-way cancellation flag that can be waited on.
 
@@ -163,7 +171,10 @@ class JobContext:
         return False
 
     def wait(self, seconds: float) -> bool:
-        """Sleep up to `seconds`, returning True early if the attempt is cancelled."""
+        """Sleep up to `seconds`, returning True early if the attempt is cancelled. In a sync handler;
+        on an event loop (an `async def` handler) it raises RuntimeError: use `await ctx.sleep`."""
+        if _on_event_loop():
+            raise RuntimeError("ctx.wait would block the event loop: use `await ctx.sleep(seconds)`")
         end = time.monotonic() + seconds
         while True:
             now = time.monotonic()

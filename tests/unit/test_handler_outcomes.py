@@ -109,3 +109,19 @@ def test_is_async_is_what_python_says_of_the_function() -> None:
     assert not is_async(plain_wrapper)
     verdict, error = execute(plain_wrapper, ctx())
     assert verdict == "failed" and error is not None and "(a decorator's wrapper too)" in error
+
+
+def test_the_sync_wait_refuses_to_block_an_event_loop_and_sleep_returns_early_when_cancelled() -> None:
+    async def handler(c: JobContext) -> None:
+        c.wait(1)
+
+    verdict, error = asyncio.run(execute_async(handler, ctx()))
+    assert verdict == "failed" and error is not None and "use `await ctx.sleep(seconds)`" in error
+
+    async def sleeps() -> tuple[bool, bool]:
+        c = ctx()
+        slept = await c.sleep(0.01)
+        c.cancel_event.set()
+        return slept, await c.sleep(3600)
+
+    assert asyncio.run(sleeps()) == (False, True)
