@@ -93,8 +93,9 @@ class ProcessTree:
         self.known = alive
 
     def alive(self) -> bool:
+        """Whether a process of the tree is still running (zombies have ended)."""
         self.track()
-        return bool(self.known) or self._group_alive()
+        return bool(self.known)
 
     def send(self, sig: int) -> None:
         """Send `sig` to the root's process group and to every known process still alive."""
@@ -129,10 +130,3 @@ class ProcessTree:
             if set(self.known) <= before:
                 break
         self.send(signal.SIGKILL)  # stopped processes too
-
-    def _group_alive(self) -> bool:
-        try:
-            os.killpg(self.root, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
