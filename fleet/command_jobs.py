@@ -10,6 +10,10 @@ cwd = "/srv/backup"          # optional
 kill_after = "10s"           # optional: SIGTERM, then SIGKILL after this long (default 10 s)
 ```
 
+On cancellation (timeout, lease lost, worker stopping) the whole process tree is signalled: the
+command's process group and every descendant seen while it ran, including those that left the
+group with setsid.
+
 The process gets FLEET_SCHEDULE, FLEET_SLOT, FLEET_ATTEMPT, FLEET_IDEMPOTENCY_KEY, FLEET_ARGS (JSON),
 FLEET_WORKER_ID and, when tracing, TRACEPARENT.
 """
@@ -17,8 +21,8 @@ FLEET_WORKER_ID and, when tracing, TRACEPARENT.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
+import threading
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +33,7 @@ import orjson
 
 from fleet.errors import Cancelled, ConfigError, Permanent
 from fleet.jobs import JobContext, register, slot_iso
+from fleet.process_tree import ProcessTree
 from fleet.schedule import TimingError, parse_duration
 
 _POLL_S = 0.05
@@ -58,35 +63,49 @@ class CommandJob:
         traceparent = telemetry.current_traceparent()
         if traceparent:
             env["TRACEPARENT"] = traceparent
-        # Own process group: cancellation reaches the command's children too.
+        # Own process group and session; the tree is followed too, so that cancellation reaches the
+        # descendants that left them (setsid).
         proc = subprocess.Popen(self.argv, env=env, cwd=self.cwd, start_new_session=True)
+        tree = ProcessTree(proc.pid)
+        with _LIVE_LOCK:
+            _LIVE.add(tree)
         try:
             while True:
                 try:
                     code = proc.wait(timeout=_POLL_S)
                     break
                 except subprocess.TimeoutExpired:
+                    tree.track()
                     if ctx.cancelled:
-                        self._terminate(proc)
+                        tree.terminate(self.kill_after_s, proc.poll)
+                        proc.wait()
                         raise Cancelled("command terminated: the attempt was cancelled") from None
         finally:
             if proc.poll() is None:
-                self._terminate(proc)
+                tree.terminate(self.kill_after_s, proc.poll)
+                proc.wait()
+            with _LIVE_LOCK:
+                _LIVE.discard(tree)
         if code == 0:
             return
         if code in self.permanent_exit_codes:
             raise Permanent(f"command exited with permanent code {code}")
         raise RuntimeError(f"command exited with code {code}")
 
-    def _terminate(self, proc: subprocess.Popen[bytes]) -> None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=self.kill_after_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        except ProcessLookupError:
-            pass
+
+# The trees of the commands running now: a worker exiting kills what its stopping did not.
+_LIVE: set[ProcessTree] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_running() -> int:
+    """SIGKILL every process of the command jobs still running (a worker exiting before their
+    terminations finished); returns how many commands there were."""
+    with _LIVE_LOCK:
+        trees = list(_LIVE)
+    for tree in trees:
+        tree.kill()
+    return len(trees)
 
 
 def load_command_jobs(path: str) -> list[CommandJob]:

@@ -6,6 +6,8 @@ the database names a job, it can never make a worker run anything else.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import math
 import threading
 import time
@@ -57,6 +59,17 @@ def registered() -> dict[str, Handler]:
     return dict(_REGISTRY)
 
 
+def is_async(fn: Handler) -> bool:
+    """Whether `fn` is an `async def` handler, run on the worker's event loop rather than on a thread:
+    what `inspect.iscoroutinefunction` says of it (a partial of one counts), or an object whose
+    `__call__` is one. A sync function returning a coroutine (a decorator's plain `def` wrapper) is
+    sync: it may block, or run the coroutine itself."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - the class's method, not a callable check
+    return not inspect.isroutine(fn) and inspect.iscoroutinefunction(call)
+
+
 def idempotency_key(schedule: str, slot: datetime) -> str:
     """`schedule:slot` with the slot in ISO-8601 UTC: the same for every attempt of a slot."""
     return f"{schedule}:{slot_iso(slot)}"
@@ -70,12 +83,20 @@ def slot_iso(slot: datetime) -> str:
 _SIGNALS_LOCK = threading.Lock()
 
 
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class CancelSignal:
     """A one-way cancellation flag that can be waited on.
 
-    Like `threading.Event`, but the event (a lock and a condition) is only made when someone waits:
-    most attempts end without anyone waiting on, or setting, their signal. Setting and first
-    waiting, both rare, share one lock for all signals.
+    Like `threading.Event`, but the event (a lock and a condition) is only made when someone waits
+    or asks to be called: most attempts end without anyone waiting on, or setting, their signal.
+    Setting and first waiting, both rare, share one lock for all signals.
     """
 
     __slots__ = ("_event", "_set")
@@ -104,10 +125,38 @@ class CancelSignal:
                     self._event.set()
         return self._event.wait(max(0.0, timeout))
 
+    def on_set(self, callback: Callable[[], object]) -> None:
+        """Call `callback` once when the signal is set (at once if it is already), on the thread that
+        sets it: it must be quick and must not set a signal itself."""
+        with _SIGNALS_LOCK:
+            if not self._set:
+                self._event = _Calling(callback, self._event)
+                return
+        callback()
+
+
+class _Calling(threading.Event):
+    """The event of a signal somebody asked to be called by: setting it calls them (and sets the
+    event that was there before, which threads may be waiting on)."""
+
+    def __init__(self, callback: Callable[[], object], before: threading.Event | None) -> None:
+        super().__init__()
+        self.callback = callback
+        self.before = before
+
+    def set(self) -> None:
+        if self.is_set():
+            return
+        super().set()
+        if self.before is not None:
+            self.before.set()
+        self.callback()
+
 
 @dataclass
 class JobContext:
-    """What a handler knows about its attempt. Long handlers should watch `cancelled`."""
+    """What a handler knows about its attempt. Long handlers should watch `cancelled` (or, in a sync
+    handler, sleep with `wait`; in an `async def` one, with `await sleep`)."""
 
     schedule: str
     slot: datetime
@@ -136,7 +185,10 @@ class JobContext:
         return False
 
     def wait(self, seconds: float) -> bool:
-        """Sleep up to `seconds`, returning True early if the attempt is cancelled."""
+        """Sleep up to `seconds`, returning True early if the attempt is cancelled. In a sync handler;
+        on an event loop (an `async def` handler) it raises RuntimeError: use `await ctx.sleep`."""
+        if _on_event_loop():
+            raise RuntimeError("ctx.wait would block the event loop: use `await ctx.sleep(seconds)`")
         end = time.monotonic() + seconds
         while True:
             now = time.monotonic()
@@ -147,6 +199,20 @@ class JobContext:
             # Wake at the lease deadline too: a heartbeat may have moved it on, or it has run out.
             if self.cancel_event.wait(min(end, self.lease_deadline()) - now + 0.001):
                 return True
+
+    async def sleep(self, seconds: float) -> bool:
+        """In an `async def` handler: sleep up to `seconds`, returning True early if the attempt is
+        cancelled. Cancellation reaches a handler awaiting this as `asyncio.CancelledError`, like any
+        other await; True means it was seen before the sleep began or at a lease deadline."""
+        end = time.monotonic() + seconds
+        while True:
+            now = time.monotonic()
+            if self.cancelled:
+                return True
+            if now >= end:
+                return False
+            # Wake at the lease deadline too: a heartbeat may have moved it on, or it has run out.
+            await asyncio.sleep(min(end, self.lease_deadline()) - now + 0.001)
 
     def check(self) -> None:
         """Raise `Cancelled` if the attempt was cancelled."""

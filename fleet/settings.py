@@ -19,10 +19,14 @@ DEFAULT_CONCURRENCY = 1
 DEFAULT_TICK_BATCH = 100
 DEFAULT_CATCHUP_LIMIT = 1000
 DEFAULT_CLAIM_BATCH = 100
+DEFAULT_ASYNC_CONCURRENCY = 100
+DEFAULT_ABANDON_AFTER_S = 30.0
 # Durations (lease, heartbeat, poll, grace) are finite and at most a week; a worker runs at most
 # this many handlers at once (one thread each).
 MAX_DURATION_S = 7 * 86400.0
 MAX_CONCURRENCY = 1000
+# `async def` runs share one event loop thread: a worker runs up to this many of them at once.
+MAX_ASYNC_CONCURRENCY = 10_000
 LOG_FORMATS = ("json", "text")
 
 T = TypeVar("T")
@@ -57,6 +61,8 @@ class WorkerSettings:
     log_format: str
     prepared_statements: bool = True
     debug: bool = False
+    async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY
+    abandon_after_s: float = DEFAULT_ABANDON_AFTER_S
 
 
 def default_process_id(kind: str) -> str:
@@ -226,13 +232,31 @@ def worker_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--poll", type=float, help=_env_help("FLEET_POLL", "longest sleep between claims, s (5)"))
     p.add_argument(
-        "--concurrency", type=int, help=_env_help("FLEET_CONCURRENCY", "runs executed at once (1)")
+        "--concurrency",
+        type=int,
+        help=_env_help("FLEET_CONCURRENCY", "runs of sync jobs executed at once, a thread each (1)"),
+    )
+    p.add_argument(
+        "--async-concurrency",
+        type=int,
+        help=_env_help(
+            "FLEET_ASYNC_CONCURRENCY", "`async def` runs executed at once on the worker's event loop (100)"
+        ),
     )
     p.add_argument(
         "--claim-batch", type=int, help=_env_help("FLEET_CLAIM_BATCH", "most runs claimed at once (100)")
     )
     p.add_argument(
         "--grace", type=float, help=_env_help("FLEET_GRACE", "on SIGTERM, time running jobs get, s (30)")
+    )
+    p.add_argument(
+        "--abandon-after",
+        type=float,
+        help=_env_help(
+            "FLEET_ABANDON_AFTER",
+            "a handler still running this long after its cancellation (timeout, lease lost) is abandoned:"
+            " the worker stops claiming, then exits non-zero to be restarted, s (30)",
+        ),
     )
     p.add_argument("--until-idle", action="store_true", help="exit when nothing is claimable")
     p.add_argument("--debug", action="store_true", help="show the traceback of an --app module that fails")
@@ -281,8 +305,36 @@ def worker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> W
         ),
         until_idle=a.until_idle,
         debug=a.debug,
+        async_concurrency=int(
+            _positive(
+                _take(
+                    a.async_concurrency,
+                    environ,
+                    "FLEET_ASYNC_CONCURRENCY",
+                    DEFAULT_ASYNC_CONCURRENCY,
+                    int,
+                    "--async-concurrency",
+                ),
+                "--async-concurrency",
+            )
+        ),
+        abandon_after_s=check_duration(
+            _take(
+                a.abandon_after,
+                environ,
+                "FLEET_ABANDON_AFTER",
+                DEFAULT_ABANDON_AFTER_S,
+                float,
+                "--abandon-after",
+            ),
+            "--abandon-after",
+        ),
         **_shared(a, environ),
     )
+    if s.async_concurrency > MAX_ASYNC_CONCURRENCY:
+        raise ConfigError(
+            f"--async-concurrency: must be at most {MAX_ASYNC_CONCURRENCY}, got {s.async_concurrency}"
+        )
     if s.concurrency > MAX_CONCURRENCY:
         raise ConfigError(f"--concurrency: must be at most {MAX_CONCURRENCY}, got {s.concurrency}")
     if not s.app and not s.jobs_file:

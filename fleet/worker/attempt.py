@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import math
 import socket
 import time
@@ -154,25 +157,82 @@ class Attempt:
 
 
 def execute(handler: Handler, ctx: JobContext) -> tuple[str, str | None]:
-    """Run the handler; returns ("done"|"permanent"|"failed"|"cancelled", error text)."""
+    """Run the handler; returns ("done"|"permanent"|"failed"|"cancelled", error text).
+
+    Every way a handler can end is an outcome: `sys.exit()`, `KeyboardInterrupt` or any other
+    BaseException (uncaught, it would end the handler's thread and leave the run renewed forever),
+    and an exception that cannot even be printed."""
     try:
-        handler(ctx)
+        result = handler(ctx)
     except Permanent as e:
-        telemetry.record_exception(e)
-        return "permanent", _error(e)
+        _record_exception(e)
+        return "permanent", error_text(e)
     except Cancelled as e:
-        return "cancelled", _error(e)
-    except Exception as e:  # noqa: BLE001 - any handler error is the attempt's outcome
-        telemetry.record_exception(e)
+        return "cancelled", error_text(e)
+    except BaseException as e:  # noqa: BLE001 - any way a handler ends is the attempt's outcome
+        _record_exception(e)
         if ctx.cancelled:
-            return "cancelled", _error(e)
-        return "failed", _error(e)
+            return "cancelled", error_text(e)
+        return "failed", error_text(e)
+    if result is not None and inspect.isawaitable(result):
+        return "failed", _not_run(result)
     return "done", None
 
 
-def _error(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}"
-    tb = traceback.extract_tb(e.__traceback__)
+async def execute_async(handler: Handler, ctx: JobContext) -> tuple[str, str | None]:
+    """Run an `async def` handler to completion on the running event loop; the same outcomes as
+    `execute`. Cancellation reaches the handler as `asyncio.CancelledError` and is "cancelled"."""
+    try:
+        result = handler(ctx)
+        if inspect.isawaitable(result):
+            await result
+    except Permanent as e:
+        _record_exception(e)
+        return "permanent", error_text(e)
+    except (Cancelled, asyncio.CancelledError) as e:
+        return "cancelled", error_text(e)
+    except BaseException as e:  # noqa: BLE001 - any way a handler ends is the attempt's outcome
+        _record_exception(e)
+        if ctx.cancelled:
+            return "cancelled", error_text(e)
+        return "failed", error_text(e)
+    return "done", None
+
+
+def _not_run(result: object) -> str:
+    """The error of a sync handler that returned an awaitable: nothing awaited it, so its work was
+    not done; a coroutine is closed (no "never awaited" warning later)."""
+    if inspect.iscoroutine(result):
+        result.close()
+    return (
+        f"the handler returned {_type_name(result)}, an awaitable that a handler thread cannot run: "
+        "declare the job's function with `async def` so that the worker awaits it on its event loop "
+        "(a decorator's wrapper too)"
+    )
+
+
+def _record_exception(e: BaseException) -> None:
+    # Recording reads str(e), which may itself raise: the outcome must not depend on it.
+    with contextlib.suppress(Exception):
+        telemetry.record_exception(e)
+
+
+def _type_name(x: object) -> str:
+    return getattr(type(x), "__name__", None) or "an object of unknown type"
+
+
+def error_text(e: BaseException) -> str:
+    """`Type: message (at file:line)`; an exception whose message cannot be made (its `__str__`
+    raises) is named by its type."""
+    try:
+        message = str(e)
+    except Exception as inner:  # noqa: BLE001 - the handler's exception class is at fault, not the run
+        message = f"<unprintable: str() raised {_type_name(inner)}>"
+    text = f"{_type_name(e)}: {message}" if message else _type_name(e)
+    try:
+        tb = traceback.extract_tb(e.__traceback__)
+    except Exception:  # noqa: BLE001 - a location is a nicety
+        tb = None
     if tb:
         last = tb[-1]
         text += f" (at {last.filename}:{last.lineno})"

@@ -30,7 +30,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.path.insert(0, os.getcwd())
         import_apps(settings.app)
         if settings.jobs_file:
-            load_command_jobs(settings.jobs_file)
+            for j in load_command_jobs(settings.jobs_file):
+                # A terminated command's thread returns after kill_after at most: before it is abandoned.
+                if j.kill_after_s >= settings.abandon_after_s:
+                    raise ConfigError(
+                        f"--jobs: job {j.name!r}: kill_after: must be shorter than --abandon-after "
+                        f"({j.kill_after_s:g} s >= {settings.abandon_after_s:g} s)"
+                    )
         handlers = registered()
         if not handlers:
             raise ConfigError('--app: the modules registered no job (use @fleet.job("name"))')

@@ -13,16 +13,17 @@ from typing import Any
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from fleet import logs, telemetry
+from fleet import command_jobs, logs, telemetry
 from fleet.db import Pool, describe, make_pool, prepared_statements_broke, redact, resolve_url, unavailable
 from fleet.errors import SchemaOutdated
-from fleet.jobs import Handler
+from fleet.jobs import Handler, is_async
 from fleet.migrate import check_schema
 from fleet.queries import q
 from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings
-from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, execute
+from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, error_text, execute
 from fleet.worker.claim import Skipped, claim_result, send_claim
+from fleet.worker.eventloop import EventLoop
 from fleet.worker.finish import DONE, decide, finish_result, handed_back, send_finish
 from fleet.worker.heartbeat import Heartbeat, LeaseWatch
 from fleet.worker.listen import Listener
@@ -32,6 +33,8 @@ _STOP_POLL_S = 0.05
 _BORROW_S = 1.0
 _HANDBACK_WAIT_S = 5.0
 _GATHER_S = 0.002
+# The exit code of a worker that abandoned a handler: its supervisor restarts it.
+EXIT_ABANDONED = 3
 
 
 def run_round(
@@ -42,8 +45,11 @@ def run_round(
     jobs: Sequence[str],
     limit: int,
     lease_s: float,
+    async_jobs: Sequence[str] = (),
+    async_limit: int = 0,
 ) -> tuple[list[tuple[Attempt, Outcome]], set[int], list[Attempt], list[Skipped]]:
-    """One round: record the outcomes of `batch` (if any) and claim up to `limit` runs (if any).
+    """One round: record the outcomes of `batch` (if any) and claim up to `limit` runs of `jobs`
+    and up to `async_limit` of `async_jobs` (if any).
 
     Pipelined: the planner settings, the finish and the claim travel in one round trip and form one
     transaction, committed by the pipeline's closing Sync (the protocol's implicit transaction: an
@@ -58,8 +64,17 @@ def run_round(
         claim = None
         if limit:
             claim = send_claim(conn, worker_id=worker_id, jobs=jobs, limit=limit, lease_s=lease_s)
+        aclaim = None
+        if async_limit:
+            aclaim = send_claim(
+                conn, worker_id=worker_id, jobs=async_jobs, limit=async_limit, lease_s=lease_s
+            )
     written = finish_result(fin.fetchall()) if fin else set()
     attempts, skipped = claim_result(claim.fetchall()) if claim else ([], [])
+    if aclaim:
+        more, also = claim_result(aclaim.fetchall())
+        attempts += more
+        skipped += also
     return batch, written, attempts, skipped
 
 
@@ -69,6 +84,7 @@ class WorkerResult:
     requested: int = 0
     recorded: int = 0
     skipped: int = 0
+    full: bool = False  # a claim returned as many runs as it asked for: there may be more at once
 
 
 class Worker:
@@ -82,6 +98,18 @@ class Worker:
         self.settings = settings
         self.handlers = handlers
         self.jobs = sorted(handlers)
+        # `async def` jobs run on the event loop, under their own bound; the others on threads.
+        self.async_jobs = frozenset(j for j, h in handlers.items() if is_async(h))
+        self.sync_jobs = [j for j in self.jobs if j not in self.async_jobs]
+        self.async_job_list = sorted(self.async_jobs)
+        self._looked_for: list[str] = self.jobs
+        self.aio: EventLoop | None = None  # made when there are async jobs
+        self.n_async = 0  # async attempts in `inflight`
+        # Attempts whose handler was asked to stop (timed out, lease lost) and has not returned
+        # yet, with when it was asked: given `abandon_after_s`, then abandoned.
+        self.cancelling: dict[tuple[str, Any, int], tuple[Attempt, float]] = {}
+        self.abandoned: list[Attempt] = []
+        self.exit_code = 0
         self.stop = stop or threading.Event()
         self.wake = threading.Event()
         self.lock = threading.Lock()
@@ -110,12 +138,15 @@ class Worker:
             if not self._may_start(a):
                 self._returned(a, ("cancelled", None))
                 continue
-            ctx = a.context(self.settings.worker_id)
-            if tracing:
-                with telemetry.attempt_span(a, ctx):
+            try:
+                ctx = a.context(self.settings.worker_id)
+                if tracing:
+                    with telemetry.attempt_span(a, ctx):
+                        verdict, error = execute(self.handlers[a.job], ctx)
+                else:
                     verdict, error = execute(self.handlers[a.job], ctx)
-            else:
-                verdict, error = execute(self.handlers[a.job], ctx)
+            except BaseException as e:  # noqa: BLE001 - the thread serves on whatever happened
+                verdict, error = "failed", f"the worker could not run the handler: {error_text(e)}"
             self._returned(a, (verdict, error))
 
     def _may_start(self, a: Attempt) -> bool:
@@ -152,6 +183,7 @@ class Worker:
             if a.state != "running":
                 return
             a.state = "fenced"
+            self.cancelling[a.ident] = (a, time.monotonic())
         a.cancel.set()
         self.counts["fenced"] += 1
         self._log("heartbeat_lost", a, outcome="cancelled", error=reason)
@@ -173,15 +205,35 @@ class Worker:
         result = WorkerResult()
         self._collect()
         self._check_timeouts()
+        if self.cancelling:
+            self._check_abandoned()
         batch, self.to_record = self.to_record, []
-        free = 0 if self.stop.is_set() else self.settings.concurrency - len(self.inflight)
-        result.requested = max(0, min(free, self.settings.claim_batch))
+        s = self.settings
+        jobs, limit, async_limit = self.jobs, 0, 0
+        if self.stop.is_set():
+            pass
+        elif self.aio is None:
+            limit = max(0, min(s.concurrency - len(self.inflight), s.claim_batch))
+        else:
+            jobs = self.sync_jobs
+            if jobs:
+                limit = max(0, min(s.concurrency - (len(self.inflight) - self.n_async), s.claim_batch))
+            async_limit = max(0, min(s.async_concurrency - self.n_async, s.claim_batch))
+            # When nothing was claimed, the next wait looks at the jobs there was room for.
+            self._looked_for = [*(jobs if limit else ()), *(self.async_job_list if async_limit else ())]
+        result.requested = limit + async_limit
         if not batch and not result.requested:
             return result
-        s = self.settings
         try:
             batch, written, attempts, skipped = run_round(
-                conn, batch, worker_id=s.worker_id, jobs=self.jobs, limit=result.requested, lease_s=s.lease_s
+                conn,
+                batch,
+                worker_id=s.worker_id,
+                jobs=jobs,
+                limit=limit,
+                lease_s=s.lease_s,
+                async_jobs=self.async_job_list,
+                async_limit=async_limit,
             )
         except psycopg.Error:
             self.to_record = batch + self.to_record  # recorded after reconnecting
@@ -190,6 +242,11 @@ class Worker:
         result.recorded = len(batch)
         result.claimed = len(attempts)
         result.skipped = len(skipped)
+        if async_limit:
+            n = sum(1 for a in attempts if a.job in self.async_jobs)
+            result.full = n == async_limit or (bool(limit) and len(attempts) - n == limit)
+        else:
+            result.full = bool(limit) and len(attempts) == limit
         for k in skipped:
             logs.event(
                 "skipped",
@@ -221,13 +278,28 @@ class Worker:
         fresh = [a for a, h in zip(run, held, strict=True) if h is None]
         if fresh:
             logs.attempt_events("claimed", [self._fields(a) for a in fresh])
-            for a in fresh:
-                self.todo.put(a)
+            if self.aio is None:
+                for a in fresh:
+                    self.todo.put(a)
+            else:
+                self._dispatch(fresh)
         if len(fresh) < len(run):
             for a, h in zip(run, held, strict=True):
                 if h is not None:
                     self._claimed_again(conn, a, h)
         return result
+
+    def _dispatch(self, fresh: list[Attempt]) -> None:
+        """Hand fresh attempts to the event loop (async jobs) or the handler threads."""
+        assert self.aio is not None
+        aio = [a for a in fresh if a.job in self.async_jobs]
+        if aio:
+            self.n_async += len(aio)
+            self.aio.submit(aio)
+        if len(aio) < len(fresh):
+            for a in fresh:
+                if a.job not in self.async_jobs:
+                    self.todo.put(a)
 
     def _claimed_again(self, conn: psycopg.Connection[Any], a: Attempt, held: Attempt) -> None:
         """This worker claimed `a` while it still holds `held`, the same attempt of the same run:
@@ -293,7 +365,10 @@ class Worker:
                     self.to_record.append((a, DONE))
                 else:
                     rest.append(a)
+        if self.aio is not None:
+            self.n_async = sum(1 for a in self.inflight.values() if a.job in self.async_jobs)
         for a in rest:
+            self.cancelling.pop(a.ident, None)
             verdict, error = a.verdict
             if a.state == "running" and verdict == "cancelled" and time.monotonic() > a.lease_deadline_mono:
                 self.fence(a, LEASE_RAN_OUT)
@@ -314,7 +389,46 @@ class Worker:
                 and not a.returned
                 and self._record(a, decide(a, "timeout", f"timed out after {a.timeout}"))
             ):
+                self.cancelling[a.ident] = (a, now)
                 a.cancel.set()
+
+    def _check_abandoned(self) -> None:
+        """Abandon the handlers still running `abandon_after_s` after they were asked to stop.
+
+        A thread cannot be stopped from outside: a handler that ignores its cancellation keeps its
+        thread (or blocks the event loop) for good, and the worker's capacity with it. Its outcome
+        is already decided (timed out, or not ours to write once the lease was lost); the worker
+        stops claiming, lets its other runs finish or hands them back, and exits non-zero so that
+        its supervisor starts a fresh process (a hard time limit, as Celery's).
+        """
+        now = time.monotonic()
+        late = [
+            (a, asked)
+            for a, asked in list(self.cancelling.values())  # other threads fence attempts meanwhile
+            if not a.returned and now >= asked + self.settings.abandon_after_s
+        ]
+        if not late:
+            return
+        with self.lock:
+            for a, _ in late:
+                self.inflight.pop(a.ident, None)
+                self.cancelling.pop(a.ident, None)
+        if self.aio is not None:
+            self.n_async = sum(1 for a in self.inflight.values() if a.job in self.async_jobs)
+        for a, asked in late:
+            self.abandoned.append(a)
+            where = "the event loop" if a.job in self.async_jobs else "its thread"
+            self._log(
+                "abandoned",
+                a,
+                outcome="abandoned",
+                error=f"the handler was still running {now - asked:.1f} s after it was asked to stop"
+                f" (--abandon-after {self.settings.abandon_after_s:g}); {where} is given up",
+            )
+        if not self.exit_code:
+            self.exit_code = EXIT_ABANDONED
+            self._grace_end("a handler was abandoned: the worker exits to be restarted")
+            self.stop.set()
 
     def _flush(self, conn: psycopg.Connection[Any]) -> None:
         """Record the outcomes decided so far, without claiming."""
@@ -432,17 +546,24 @@ class Worker:
         listener = Listener(self.url, f"fleet-worker {s.worker_id} listen", self.wake)
         self.threads = [
             threading.Thread(target=self._executor, name=f"fleet-job-{i}", daemon=True)
-            for i in range(s.concurrency)
+            for i in range(s.concurrency if self.sync_jobs else 0)
         ]
+        if self.async_jobs:
+            self.aio = EventLoop(self.handlers, s.worker_id, self._may_start, self._returned)
+            self.threads.append(self.aio)
         for t in [*self.threads, heartbeat, watch, listener]:
             t.start()
         try:
             self._loop()
         finally:
+            if killed := command_jobs.kill_running():
+                logs.event("commands_killed", worker_id=s.worker_id, commands=killed)
             heartbeat.halt.set()
             watch.halt.set()
             listener.halt.set()
-            for _ in self.threads:
+            if self.aio is not None:
+                self.aio.halt()
+            for _ in range(s.concurrency if self.sync_jobs else 0):
                 self.todo.put(None)
             try:
                 with self.pool.connection(timeout=_BORROW_S) as conn:
@@ -451,8 +572,13 @@ class Worker:
                 pass
             self.pool.close()
             telemetry.flush()
-            logs.event("worker_stopped", worker_id=s.worker_id, **self.counts)
-        return 0
+            logs.event(
+                "worker_stopped",
+                worker_id=s.worker_id,
+                **self.counts,
+                **({"abandoned": len(self.abandoned), "exit_code": self.exit_code} if self.exit_code else {}),
+            )
+        return self.exit_code
 
     def _unavailable(self, e: Exception, event: str = "db_unavailable") -> None:
         """One line (when the trouble starts, then every 30 s): where the database is and why it
@@ -506,12 +632,15 @@ class Worker:
             if self._stopping_without_database():
                 return
 
-    def _grace_end(self) -> float:
+    def _grace_end(self, why: str | None = None) -> float:
         """When running handlers must have finished, from the first look after a stop request."""
         if self._grace_end_mono is None:
             s = self.settings
             self._grace_end_mono = time.monotonic() + s.grace_s
-            logs.event("stopping", worker_id=s.worker_id, running=len(self.inflight), grace_s=s.grace_s)
+            reason = {"reason": why} if why else {}
+            logs.event(
+                "stopping", worker_id=s.worker_id, running=len(self.inflight), grace_s=s.grace_s, **reason
+            )
         return self._grace_end_mono
 
     def _stopping_without_database(self) -> bool:
@@ -532,7 +661,7 @@ class Worker:
         target = min(s.concurrency, s.claim_batch)
         while True:
             self.wake.clear()
-            if target > 1 and self.inflight and not self.stop.is_set():
+            if target > 1 and self.inflight and self.aio is None and not self.stop.is_set():
                 # Fast handlers free their slots a few at a time: let a round gather at least half a
                 # batch (for a moment at most) so the fixed cost of a round is shared by many runs.
                 free = s.concurrency - len(self.inflight) + self.done.qsize()
@@ -552,7 +681,7 @@ class Worker:
                     return
                 self.wake.wait(_STOP_POLL_S)
                 continue
-            if self.to_record or (r.requested and r.claimed == r.requested):
+            if self.to_record or r.full:
                 continue  # outcomes to record, or a full batch: there may be more right away
             timeout = self._next_wait(conn, r)
             if timeout is None:
@@ -564,7 +693,8 @@ class Worker:
         s = self.settings
         timeout = s.poll_s
         if r.requested and not r.claimed:
-            row = conn.execute(q("run_next_wait"), {"jobs": self.jobs, "now": None}).fetchone()
+            jobs = self.jobs if self.aio is None else self._looked_for
+            row = conn.execute(q("run_next_wait"), {"jobs": jobs, "now": None}).fetchone()
             wait = row["wait_s"] if row else None
             if s.until_idle and not self.inflight and not self.to_record and (wait is None or wait > 0):
                 return None
@@ -575,6 +705,8 @@ class Worker:
             d = a.deadline_mono()
             if d is not None:
                 timeout = min(timeout, max(0.0, d - now))
+        for _, asked in list(self.cancelling.values()):
+            timeout = min(timeout, max(0.0, asked + s.abandon_after_s - now))
         return timeout
 
     def _hand_back(self, conn: psycopg.Connection[Any]) -> None:

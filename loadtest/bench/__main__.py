@@ -3,7 +3,8 @@ on one server, print one table and optionally write it as JSON.
 
 Sections (--only): limit (pgbench), drain (a backlog of no-op runs, peak RSS, round trips),
 lag (slot to handler start), ticker (materialisation rate, CPU), history (drain over 5 million
-finished rows), reclaim (SIGKILL to retake), peers (procrastinate and pgqueuer in drain and lag).
+finished rows), reclaim (SIGKILL to retake), async (one worker running 1,000 async handlers that each
+sleep 1 s: first claim to last finish), peers (procrastinate and pgqueuer in drain and lag).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ MODULES = {
     "ticker": "loadtest.bench.ticker_cost",
     "history": "loadtest.bench.history",
     "reclaim": "loadtest.bench.reclaim",
+    "async": "loadtest.bench.async_handlers",
 }
 
 

@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import os
+import sys
 import time
+
+from fleet_test_events import record as _record
 
 import fleet
 from fleet import JobContext
-
-
-def _record(event: str, ctx: JobContext) -> None:
-    d = os.environ.get("FLEET_TEST_DIR")
-    if not d:
-        return
-    line = f"{event} {ctx.idempotency_key} {ctx.attempt} {ctx.worker_id} {os.getpid()} {time.time():.6f}\n"
-    fd = os.open(os.path.join(d, "events.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
 
 
 @fleet.job("noop")
@@ -88,3 +78,28 @@ def permanent_once(ctx: JobContext) -> None:
     if ctx.attempt == 1:
         raise fleet.Permanent(str(ctx.args.get("error", "cannot succeed")))
     _record("done", ctx)
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("no text for this exception")
+
+
+@fleet.job("exits")
+def exits(ctx: JobContext) -> None:
+    """Ends the way a script does: sys.exit(3)."""
+    _record("start", ctx)
+    sys.exit(3)
+
+
+@fleet.job("interrupted")
+def interrupted(ctx: JobContext) -> None:
+    _record("start", ctx)
+    raise KeyboardInterrupt
+
+
+@fleet.job("unprintable")
+def unprintable(ctx: JobContext) -> None:
+    """Raises an exception whose __str__ itself raises."""
+    _record("start", ctx)
+    raise Unprintable

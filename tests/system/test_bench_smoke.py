@@ -72,3 +72,16 @@ def test_ticker_materialisation_creates_one_slot_per_due_schedule(
     assert created == 50 and seconds > 0
     rows = conn.execute("SELECT schedule_name, count(*) AS n FROM fleet.job_runs GROUP BY 1").fetchall()
     assert len(rows) == 50 and {r["n"] for r in rows} == {1}, rows
+
+
+def test_the_async_section_reports_a_thousand_async_handlers(server_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    argv = [sys.executable, "-m", "loadtest.bench", "--quick", "--only", "async"]
+    argv += ["--database-url", server_url, "--json", str(out), "--log-dir", str(tmp_path / "logs")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = {f["key"]: f for f in json.loads(out.read_text())["figures"]}
+    span = figures["async.first_claim_to_last_finish"]
+    # The handlers sleep 1 s each: a span of at least that proves they ran, one trial in --quick.
+    assert span["value"] >= 1.0 and len(span["trials"]) == 1 and span["target"] == "<= 2", span
+    assert figures["async.worker_cpu"]["value"] > 0 and figures["async.peak_rss"]["value"] > 0

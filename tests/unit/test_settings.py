@@ -26,6 +26,10 @@ APP = ["--app", "fleet_test_jobs"]
         (["--concurrency", "0"], "--concurrency: must be positive"),
         (["--concurrency", "100000"], "--concurrency: must be at most 1000"),
         (["--claim-batch", "-3"], "--claim-batch: must be positive"),
+        (["--async-concurrency", "0"], "--async-concurrency: must be positive"),
+        (["--async-concurrency", "10001"], "--async-concurrency: must be at most 10000"),
+        (["--abandon-after", "0"], "--abandon-after: must be positive"),
+        (["--abandon-after", "inf"], "--abandon-after: must be at most"),
     ],
 )
 def test_bad_worker_flags_are_refused_by_name(flags: list[str], named: str) -> None:
@@ -43,3 +47,10 @@ def test_the_environment_fallbacks_are_checked_alike() -> None:
 def test_edges_that_are_allowed() -> None:
     s = worker_settings([*APP, "--grace", "0", "--lease", "604800", "--concurrency", "1000"], {})
     assert (s.grace_s, s.lease_s, s.concurrency, s.heartbeat_s) == (0.0, 604800.0, 1000, 604800.0 / 3)
+
+
+def test_async_concurrency_and_abandon_after_have_defaults_and_env_fallbacks() -> None:
+    s = worker_settings(APP, {})
+    assert (s.async_concurrency, s.abandon_after_s) == (100, 30.0)
+    s = worker_settings(APP, {"FLEET_ASYNC_CONCURRENCY": "5000", "FLEET_ABANDON_AFTER": "2.5"})
+    assert (s.async_concurrency, s.abandon_after_s) == (5000, 2.5)
