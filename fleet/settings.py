@@ -87,9 +87,23 @@ def _take(
         raise ConfigError(f"{flag}: invalid value {raw!r}") from None
 
 
+# The most each count may be: past these a batch is a statement PostgreSQL refuses (bigint, memory)
+# or a process that takes the whole machine.
+_HIGHEST = {
+    "--batch": 10_000,
+    "--catchup-limit": 100_000,
+    "--concurrency": 1_000,
+    "--claim-batch": 10_000,
+    "--async-concurrency": 10_000,
+}
+
+
 def _positive(value: float, flag: str) -> float:
     if not value > 0:
         raise ConfigError(f"{flag}: must be positive, got {value}")
+    high = _HIGHEST.get(flag)
+    if high is not None and value > high:
+        raise ConfigError(f"{flag}: at most {high:,}, got {value}")
     return value
 
 

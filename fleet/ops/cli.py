@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import psycopg
 
 from fleet.client import Client
-from fleet.db import connect, permission_denied, resolve_url, url_params
+from fleet.db import connect, describe, permission_denied, resolve_url, url_params
 from fleet.errors import (
     ConfigError,
     FleetError,
@@ -261,6 +261,13 @@ def run(handler: Command, args: argparse.Namespace) -> int:
     except psycopg.errors.UndefinedTable:
         print(f"{name}: the database has no fleet schema; run `fleetctl migrate`", file=sys.stderr)
         return 2
+    except psycopg.DataError as e:
+        # A value the database cannot hold (a NUL character, a number out of range): bad input.
+        print(f"{name}: invalid value: {printable(describe(e))}", file=sys.stderr)
+        return 2
+    except psycopg.Error as e:
+        print(f"{name}: {printable(describe(e))}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
