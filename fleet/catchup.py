@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from fleet.schedfile import CatchUp, default_grace
-from fleet.schedule import Timing, latest_slot_at_or_before, next_slot, nominal_interval, slots_between
+from fleet.schedule import (
+    Timing,
+    first_slot_at_or_after,
+    latest_slot_at_or_before,
+    next_slot,
+    nominal_interval,
+    slots_between,
+)
 
 # Counting dropped slots is only for the operator's information; past this it stops counting.
 _COUNT_LIMIT = 10_000
@@ -31,13 +38,16 @@ def plan_slots(
     grace: timedelta | None,
     max_lateness: timedelta | None,
     limit: int,
+    max_catchup: int | None = None,
 ) -> Plan:
     """Plan the slots in [next_run_at, now] (`now` is the database's).
 
     A slot is on time when materialised within `grace` of its time (default min(60 s, interval/2));
     older ones are missed: `skip` drops them, `latest` keeps only the newest when nothing is on time,
-    `all` keeps them all. Any slot kept but older than `max_lateness` is recorded as skipped. At most
-    `limit` slots are handled; when more remain, next_run_at stays due so the next tick goes on.
+    `all` keeps them all, or with `max_catchup` the newest that many (about: counted in intervals
+    back from the grace period), the older ones counted missed without a row. Any slot kept but older
+    than `max_lateness` is recorded as skipped. At most `limit` slots are handled; when more remain,
+    next_run_at stays due so the next tick goes on.
     """
     if next_run_at > now:
         return Plan(next_run_at=next_run_at)
@@ -45,6 +55,16 @@ def plan_slots(
         grace = default_grace(nominal_interval(timing, now))
     plan = Plan()
     if catchup == "all":
+        if max_catchup is not None:
+            horizon = now - grace - nominal_interval(timing, now) * max_catchup
+            if next_run_at < horizon:
+                # However the slots came to be missed, only the newest max_catchup are caught up.
+                before = horizon - timedelta(microseconds=1)
+                plan.missed = len(slots_between(timing, next_run_at, before, _COUNT_LIMIT))
+                start = first_slot_at_or_after(timing, horizon)
+                if start is None:
+                    return Plan(missed=plan.missed, next_run_at=None)
+                next_run_at = start
         slots = slots_between(timing, next_run_at, now, limit)
         for s in slots:
             _keep(plan, s, now, max_lateness)

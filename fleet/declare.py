@@ -39,6 +39,7 @@ class ScheduleFields(TypedDict, total=False):
     args: Mapping[str, Any]
     start_at: str | datetime
     catchup: CatchUp
+    max_catchup: int
     max_lateness: Duration
     grace: Duration
     overlap: Overlap

@@ -28,6 +28,8 @@ OVERLAPS: tuple[Overlap, ...] = ("allow", "skip", "queue")
 DEFAULT_CATCHUP: CatchUp = "latest"
 DEFAULT_OVERLAP: Overlap = "skip"
 DEFAULT_MAX_ATTEMPTS = 6
+DEFAULT_MAX_CATCHUP = 1000
+MAX_CATCHUP_LIMIT = 100_000
 DEFAULT_RETRY_BASE = timedelta(seconds=30)
 DEFAULT_RETRY_CAP = timedelta(minutes=15)
 MAX_GRACE = timedelta(seconds=60)
@@ -54,6 +56,7 @@ _KEYS = {
     "args",
     "start_at",
     "catchup",
+    "max_catchup",
     "max_lateness",
     "grace",
     "overlap",
@@ -75,6 +78,7 @@ class ScheduleSpec:
     args: dict[str, Any] = field(default_factory=dict)
     start_at: datetime | None = None
     catchup: CatchUp = DEFAULT_CATCHUP
+    max_catchup: int = DEFAULT_MAX_CATCHUP
     max_lateness: timedelta | None = None
     grace: timedelta | None = None
     overlap: Overlap = DEFAULT_OVERLAP
@@ -246,6 +250,12 @@ def parse_entry(
         return str(value)
 
     catchup = choice("catchup", CATCHUPS, DEFAULT_CATCHUP)
+    max_catchup = entry.get("max_catchup", DEFAULT_MAX_CATCHUP)
+    if not isinstance(max_catchup, int) or isinstance(max_catchup, bool) or not (
+        1 <= max_catchup <= MAX_CATCHUP_LIMIT
+    ):
+        bad("max_catchup", f"must be an integer from 1 to {MAX_CATCHUP_LIMIT:,}, got {shown(max_catchup)}")
+        max_catchup = DEFAULT_MAX_CATCHUP
     overlap = choice("overlap", OVERLAPS, DEFAULT_OVERLAP)
     dst_repeated = choice("dst_repeated", ("first", "last"), "first")
     dst_missing = choice("dst_missing", ("shift", "skip"), "shift")
@@ -341,6 +351,7 @@ def parse_entry(
             args=args,
             start_at=start_at,
             catchup=catchup,  # type: ignore[arg-type]
+            max_catchup=max_catchup,
             max_lateness=max_lateness,
             grace=grace,
             overlap=overlap,  # type: ignore[arg-type]

@@ -10,17 +10,17 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now
 -- name: schedule_definitions
 -- Read without row locks: apply compares, then writes (and so locks) only the rows that changed.
 -- The definition columns are written by apply alone, and applies hold schedule_lock_apply.
-SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_lateness,
-       grace, overlap, timeout, max_attempts, retry_base, retry_cap, enabled, timing_hash
+SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_catchup,
+       max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, enabled, timing_hash
 FROM fleet.schedules
 ORDER BY name
 
 -- name: schedule_insert
 INSERT INTO fleet.schedules (name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
-                       max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
+                       max_catchup, max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
                        next_run_at, timing_hash)
 VALUES (%(name)s, %(every)s, %(cron)s, %(timezone)s, %(start_at)s, %(dst_repeated)s, %(dst_missing)s, %(job)s,
-        %(args)s, %(catchup)s, %(max_lateness)s, %(grace)s, %(overlap)s, %(timeout)s, %(max_attempts)s,
+        %(args)s, %(catchup)s, %(max_catchup)s, %(max_lateness)s, %(grace)s, %(overlap)s, %(timeout)s, %(max_attempts)s,
         %(retry_base)s, %(retry_cap)s, %(next_run_at)s, %(timing_hash)s)
 
 -- name: schedule_update
@@ -28,7 +28,7 @@ VALUES (%(name)s, %(every)s, %(cron)s, %(timezone)s, %(start_at)s, %(dst_repeate
 UPDATE fleet.schedules
 SET every = %(every)s, cron = %(cron)s, timezone = %(timezone)s, start_at = %(start_at)s,
     dst_repeated = %(dst_repeated)s, dst_missing = %(dst_missing)s, job = %(job)s, args = %(args)s,
-    catchup = %(catchup)s, max_lateness = %(max_lateness)s, grace = %(grace)s, overlap = %(overlap)s,
+    catchup = %(catchup)s, max_catchup = %(max_catchup)s, max_lateness = %(max_lateness)s, grace = %(grace)s, overlap = %(overlap)s,
     timeout = %(timeout)s, max_attempts = %(max_attempts)s, retry_base = %(retry_base)s,
     retry_cap = %(retry_cap)s, enabled = true,
     next_run_at = coalesce(%(next_run_at)s, next_run_at), timing_hash = %(timing_hash)s, updated_at = now()
@@ -43,7 +43,7 @@ SELECT pg_notify('fleet_schedules', '')
 
 -- name: schedule_due
 SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing, s.catchup,
-       s.max_lateness, s.grace, s.next_run_at, t.now AS db_now
+       s.max_catchup, s.max_lateness, s.grace, s.next_run_at, t.now AS db_now
 FROM fleet.schedules s, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
 WHERE s.enabled AND s.paused_at IS NULL AND s.next_run_at <= t.now
 ORDER BY s.next_run_at

@@ -58,6 +58,7 @@ def run_once(
                 grace=row["grace"],
                 max_lateness=row["max_lateness"],
                 limit=catchup_limit,
+                max_catchup=row["max_catchup"],
             )
             for slot in plan.run:
                 names.append(row["name"])

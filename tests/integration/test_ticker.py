@@ -80,6 +80,7 @@ every = "1s"
 job = "noop"
 start_at = "2026-11-02T09:00:00Z"
 catchup = "all"
+max_catchup = 5000
 """, now=T0)
     r = run_once(conn, batch_size=10, catchup_limit=500, now=T0)
     assert r.created == 500 and r.still_due
@@ -110,3 +111,18 @@ def test_ticker_uses_database_clock_for_due(conn: psycopg.Connection[Any]) -> No
     run_once(conn, batch_size=10, catchup_limit=10)
     names = [r["schedule_name"] for r in conn.execute("SELECT schedule_name FROM fleet.job_runs")]
     assert names == ["past"]
+
+
+def test_a_start_at_far_in_the_past_under_all_creates_at_most_max_catchup_runs(
+    conn: psycopg.Connection[Any],
+) -> None:
+    apply_text(
+        conn,
+        '[[schedule]]\nname = "typo"\nevery = "1s"\njob = "noop"\nstart_at = "2025-11-02T10:00:00Z"\n'
+        'catchup = "all"\nmax_catchup = 50\n',
+        now=T0,
+    )
+    for _ in range(5):  # however many ticks
+        run_once(conn, batch_size=100, catchup_limit=1000, now=T0)
+    assert 49 <= len(_runs(conn)) <= 51
+    assert scalar(conn, "SELECT missed_slots FROM fleet.schedules") >= 10_000

@@ -71,3 +71,20 @@ def test_a_week_of_one_second_slots_under_skip_is_cheap() -> None:
     plan = plan_slots(sec, "skip", T, T + timedelta(days=7), grace=None, max_lateness=None, limit=1000)
     assert plan.run == [T + timedelta(days=7)]
     assert plan.next_run_at == T + timedelta(days=7, seconds=1)
+
+
+def test_all_catches_up_at_most_max_catchup_slots_however_long_ago_they_were() -> None:
+    # a start_at typo a year back, every second, under `all`: the newest 100 slots are run, the
+    # others counted missed (up to the counting limit), not created
+    every1s = Timing(every=timedelta(seconds=1))
+    now = T + timedelta(seconds=0.2)
+    plan = plan_slots(every1s, "all", T - timedelta(days=365), now, grace=None, max_lateness=None,
+                      limit=1000, max_catchup=100)  # fmt: skip
+    assert 99 <= len(plan.run) <= 101 and plan.run[-1] == T
+    assert plan.missed == 10_000  # counted up to the limit
+    assert plan.next_run_at == T + timedelta(seconds=1)
+    # within the bound nothing changes: the outage example still runs its three slots
+    plan = plan_slots(Q, "all", at(15), at(52), grace=None, max_lateness=None, limit=100, max_catchup=3)
+    assert plan.run == [at(15), at(30), at(45)] and plan.missed == 0
+    plan = plan_slots(Q, "all", at(15), at(52), grace=None, max_lateness=None, limit=100, max_catchup=1)
+    assert plan.run == [at(45)] and plan.missed == 2
