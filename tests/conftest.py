@@ -70,3 +70,21 @@ def db_url(server_url: str, template_db: str) -> Iterator[str]:
 def conn(db_url: str) -> Iterator[psycopg.Connection[Any]]:
     with connect(db_url, "fleet-tests") as c:
         yield c
+
+
+
+# With FLEET_TESTS_STRICT=1 (CI sets it) a skipped test fails the run: a test skipped where everything
+# it needs should be installed is a test that does not exist.
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        _skipped.append(report.nodeid)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get("FLEET_TESTS_STRICT") == "1" and _skipped:
+        print(f"\nFLEET_TESTS_STRICT: {len(_skipped)} skipped, install what they need: {_skipped[:5]}")
+        session.exitstatus = 1
