@@ -19,6 +19,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from fleet.errors import ScheduleFileError
+from fleet.keys import APPLY_LOCK
 from fleet.queries import q
 from fleet.schedfile import ScheduleSpec
 from fleet.schedule import describe, first_slot_at_or_after
@@ -189,8 +190,8 @@ def apply_specs(
     result = ApplyResult(planned=plan)
     with conn.transaction():
         if not plan:
-            conn.execute(q("schedule_lock_apply"))
-        row = conn.execute(q("schedule_db_now"), {"now": now}).fetchone()
+            conn.execute(q("schedule_lock_apply"), {"key": APPLY_LOCK})
+        row = conn.execute(q("clock_read"), {"now": now}).fetchone()
         assert row is not None
         db_now: datetime = row["now"]
         existing = {r["name"]: r for r in conn.execute(q("schedule_definitions")).fetchall()}

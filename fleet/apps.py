@@ -29,7 +29,7 @@ def _import(module: str) -> None:
                 f"--app: no module named {module!r} (looked in the current directory and on PYTHONPATH)"
             ) from e
         raise AppImportError(f"--app: cannot import {module!r}: {_say(e)}") from e
-    except Exception as e:  # noqa: BLE001 - an application's module can raise anything at import
+    except Exception as e:
         raise AppImportError(f"--app: cannot import {module!r}: {_say(e)}") from e
 
 

@@ -198,9 +198,7 @@ def url_params(url: str, flag: str = "database URL") -> dict[str, Any]:
             # libpq quotes the part it could not read, which may hold the password: leave it out.
             # (The two kinds above quote the name of an option, never a value.)
             why = re.sub(r'"[^"]*"', "…", why)
-        raise ConfigError(
-            f"{flag}: not a PostgreSQL connection string ({why}); give {URL_FORMS}"
-        ) from None
+        raise ConfigError(f"{flag}: not a PostgreSQL connection string ({why}); give {URL_FORMS}") from None
 
 
 def where(url: str) -> str:

@@ -32,7 +32,7 @@ def parse_env(text: str, source: str = "env file") -> dict[str, str]:
         if not line or line[0] in "#;":
             continue
         if line.startswith("export "):
-            line = line[len("export "):].lstrip()
+            line = line[len("export ") :].lstrip()
         key, eq, value = line.partition("=")
         key = key.strip()
         if not eq or not _KEY.fullmatch(key):
@@ -72,8 +72,13 @@ def render_env(env: Mapping[str, str]) -> str:
         if "\n" in value or "\r" in value:
             raise ConfigError(f"{key}: a value cannot span lines")
         plain = value == value.strip() and not value.startswith(("'", '"'))
-        lines.append(f"{key}={value}" if plain else f"{key}='{value}'" if "'" not in value else
-                     f'{key}="' + value.replace("\\", "\\\\").replace('"', '\\"') + '"')
+        lines.append(
+            f"{key}={value}"
+            if plain
+            else f"{key}='{value}'"
+            if "'" not in value
+            else f'{key}="' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        )
     return "".join(line + "\n" for line in lines)
 
 

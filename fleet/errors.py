@@ -9,6 +9,10 @@ class FleetError(Exception):
     """Something went wrong in fleet."""
 
 
+class UsageError(FleetError):
+    """A command-line argument is invalid; the message names it."""
+
+
 class ConfigError(FleetError):
     """A setting or flag has an invalid value; the message names it."""
 
@@ -75,11 +79,11 @@ class RunStateError(RequestError):
 SchemaOutdated = SchemaMissing
 
 
-class Permanent(Exception):  # noqa: N818 - a handler outcome, named for the reader of a job
+class Permanent(Exception):
     """Raised by a job handler: the run failed and retrying cannot help; it goes to `dead` at once."""
 
 
-class Cancelled(Exception):  # noqa: N818
+class Cancelled(Exception):
     """The attempt was cancelled: its lease was lost, it timed out, or the worker is stopping."""
 
 

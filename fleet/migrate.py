@@ -10,8 +10,7 @@ from typing import Any
 import psycopg
 
 from fleet.errors import SchemaOutdated
-
-_LOCK_KEY = 0x666C656574  # "fleet": serialises concurrent migrators
+from fleet.keys import MIGRATE_LOCK
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ def migrate(conn: psycopg.Connection[Any], roles: bool = False) -> list[int]:
     """
     applied_now: list[int] = []
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
         conn.execute("CREATE SCHEMA IF NOT EXISTS fleet")
         if _exists(conn, "public.fleet_migrations") and not _exists(conn, "fleet.migrations"):
             conn.execute("ALTER TABLE public.fleet_migrations SET SCHEMA fleet")

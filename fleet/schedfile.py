@@ -251,8 +251,10 @@ def parse_entry(
 
     catchup = choice("catchup", CATCHUPS, DEFAULT_CATCHUP)
     max_catchup = entry.get("max_catchup", DEFAULT_MAX_CATCHUP)
-    if not isinstance(max_catchup, int) or isinstance(max_catchup, bool) or not (
-        1 <= max_catchup <= MAX_CATCHUP_LIMIT
+    if (
+        not isinstance(max_catchup, int)
+        or isinstance(max_catchup, bool)
+        or not (1 <= max_catchup <= MAX_CATCHUP_LIMIT)
     ):
         bad("max_catchup", f"must be an integer from 1 to {MAX_CATCHUP_LIMIT:,}, got {shown(max_catchup)}")
         max_catchup = DEFAULT_MAX_CATCHUP

@@ -86,8 +86,18 @@ def validate(o: SupervisorOptions) -> None:
         raise ConfigError("--syslog: give either --syslog or --logs DIR")
     if len(o.socket) > 100:
         raise ConfigError(f"socket path too long for a unix socket ({len(o.socket)} > 100 bytes): {o.socket}")
-    texts = [o.bin_dir, o.directory, *o.apps, *o.env_allow, o.jobs_file or "", o.env_file or "",
-             o.logs_dir or "", o.socket, o.pidfile, o.user or ""]
+    texts = [
+        o.bin_dir,
+        o.directory,
+        *o.apps,
+        *o.env_allow,
+        o.jobs_file or "",
+        o.env_file or "",
+        o.logs_dir or "",
+        o.socket,
+        o.pidfile,
+        o.user or "",
+    ]
     for text in texts:
         # A newline would end the setting; " ;" starts a comment in supervisord's parser.
         if "\n" in text or "\r" in text or " ;" in text or "\t;" in text:
@@ -174,8 +184,12 @@ def render(o: SupervisorOptions) -> str:
             # In the foreground and not silent, supervisord writes its own lines to its stdout.
             out += ["logfile=/dev/null", "logfile_maxbytes=0", "silent=false"]
         else:
-            out += [f"logfile={_lit(o.logs_dir)}/supervisord.log", "logfile_maxbytes=50MB",
-                    "logfile_backups=10", "silent=true"]
+            out += [
+                f"logfile={_lit(o.logs_dir)}/supervisord.log",
+                "logfile_maxbytes=50MB",
+                "logfile_backups=10",
+                "silent=true",
+            ]
         out += [
             "",
             "[rpcinterface:supervisor]",
@@ -188,8 +202,14 @@ def render(o: SupervisorOptions) -> str:
     if o.tickers:
         cmd = _command(o, "fleet-ticker", [], "%(host_node_name)s:ticker_%(process_num)02d")
         out += _program(
-            o, TICKER_PROGRAM, cmd, "ticker_%(process_num)02d",
-            process_name="ticker_%(process_num)02d", numprocs=o.tickers, priority=100, autostart="true",
+            o,
+            TICKER_PROGRAM,
+            cmd,
+            "ticker_%(process_num)02d",
+            process_name="ticker_%(process_num)02d",
+            numprocs=o.tickers,
+            priority=100,
+            autostart="true",
             stopwaitsecs=TICKER_STOPWAIT_S,
         )
     if o.slots:
@@ -207,9 +227,16 @@ def render(o: SupervisorOptions) -> str:
                 continue
             programs.append(program)
             out += _program(
-                o, program, cmd, "worker_%(process_num)02d",
-                process_name="worker_%(process_num)02d", numprocs=count, numprocs_start=start, priority=200,
-                autostart=autostart, stopwaitsecs=o.stopwaitsecs,
+                o,
+                program,
+                cmd,
+                "worker_%(process_num)02d",
+                process_name="worker_%(process_num)02d",
+                numprocs=count,
+                numprocs_start=start,
+                priority=200,
+                autostart=autostart,
+                stopwaitsecs=o.stopwaitsecs,
             )
         out += [f"[group:{WORKER_GROUP}]", f"programs={','.join(programs)}", "priority=200", ""]
     return "\n".join(out)

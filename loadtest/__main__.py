@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return run(cfg, opts)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - whatever stopped the run is reported in one line
         print(f"loadtest: the load test could not run: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
 

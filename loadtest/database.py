@@ -84,7 +84,7 @@ class Server:
                 with connect(self.url, "loadtest restart probe") as conn:
                     conn.execute("SELECT 1")
                 return
-            except Exception:
+            except Exception:  # noqa: BLE001 - the server is restarting: any error means not yet
                 if time.monotonic() > end:
                     raise RuntimeError("PostgreSQL did not come back after the restart") from None
                 time.sleep(0.1)

@@ -140,7 +140,7 @@ class Injector(threading.Thread):
             _, _, kind, payload = heapq.heappop(self._queue)
             try:
                 getattr(self, f"_do_{kind}")(payload)
-            except Exception as e:  # a fault that failed is reported, the run goes on
+            except Exception as e:  # noqa: BLE001 - a fault that failed is reported, the run goes on
                 self.problems.append(f"{kind} at {at_s:.1f}s: {type(e).__name__}: {e}")
 
     def stop(self) -> None:
@@ -177,7 +177,7 @@ class Injector(threading.Thread):
                     self._conn = connect(self.url, "loadtest faults")
                 self._conn.execute("SELECT 1")
                 return self._conn
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the database may be down on purpose
                 if self._conn is not None:
                     self._conn.close()
                     self._conn = None

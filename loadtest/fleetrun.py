@@ -79,6 +79,7 @@ class FleetRun:
             tickers=self.cfg.tickers,
             apps=("loadtest.jobs",),
             env_file=str(self.workdir / "fleet.env"),
+            env_allow=("PYTHONPATH",),  # the load test's jobs are imported from the repository
             logs_dir=str(self.logs),
             socket=str(socket),
             pidfile=str(self.workdir / "supervisord.pid"),
@@ -173,7 +174,7 @@ class FleetRun:
             try:
                 assert self.sv is not None
                 self.sv.shutdown()
-            except Exception:
+            except Exception:  # noqa: BLE001 - supervisord gone: stop it by its pid instead
                 proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(self.options().stopwaitsecs + TICKER_STOPWAIT_S + 10)

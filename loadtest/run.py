@@ -175,7 +175,7 @@ def _progress(url: str) -> str:
                     (JOB,),
                 )
             }
-    except Exception:
+    except Exception:  # noqa: BLE001 - a progress line, never a reason to stop
         return "(database unavailable)"
     return "  ".join(f"{s} {counts.get(s, 0):5d}" for s in ("done", "dead", "pending", "running"))
 

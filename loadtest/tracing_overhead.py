@@ -46,7 +46,7 @@ class _Sink(BaseHTTPRequestHandler):
 
     requests = 0
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server API
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         type(self).requests += 1
         self.send_response(200)

@@ -72,7 +72,6 @@ def conn(db_url: str) -> Iterator[psycopg.Connection[Any]]:
         yield c
 
 
-
 # With FLEET_TESTS_STRICT=1 (CI sets it) a skipped test fails the run: a test skipped where everything
 # it needs should be installed is a test that does not exist.
 _skipped: list[str] = []

@@ -156,7 +156,7 @@ def otlp_receiver() -> Iterator[Receiver]:
     received = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - the http.server API
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             encoding = (self.headers.get("Content-Encoding") or "").lower()
             if encoding == "gzip":

@@ -67,7 +67,9 @@ def env_for(db_url: str, **extra: str) -> dict[str, str]:
 class Proc:
     """A fleet process started by a test; its output goes to a file the test can read."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], log: Path, prefix: list[str] | None = None) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str], log: Path, prefix: list[str] | None = None
+    ) -> None:
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.popen = subprocess.Popen(

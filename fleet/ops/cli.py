@@ -10,12 +10,11 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import psycopg
 
-from fleet.client import Client
-from fleet.db import connect, describe, permission_denied, resolve_url, url_params
+from fleet.db import describe, permission_denied
 from fleet.errors import (
     ConfigError,
     FleetError,
@@ -24,43 +23,15 @@ from fleet.errors import (
     ScheduleFileError,
     SchemaMissing,
     SchemaOutdated,
+    UsageError,
 )
-from fleet.migrate import ROLES, check_schema, migrate
+from fleet.migrate import ROLES, migrate
+from fleet.ops.connection import db, require_schema
 from fleet.ops.printable import printable
 from fleet.schedfile import MAX_ARGS_BYTES
 
 Command = Callable[[argparse.Namespace], int]
 MAX_ARGS_LIMIT = 16 * 1024 * 1024  # what --max-args-bytes may raise the bound to
-
-
-class UsageError(FleetError):
-    """A command-line argument is invalid."""
-
-
-def database_url(args: argparse.Namespace) -> str:
-    """--database-url, else FLEET_DATABASE_URL, else the embedded server of the `fleetctl up` running
-    in this directory; ConfigError naming the field when none is usable."""
-    url = args.database_url or os.environ.get("FLEET_DATABASE_URL") or None
-    if url:
-        url_params(url, "--database-url" if args.database_url else "FLEET_DATABASE_URL")
-    return resolve_url(url)
-
-
-def db(args: argparse.Namespace, role: str = "fleetctl") -> psycopg.Connection[Any]:
-    return connect(database_url(args), role)
-
-
-def client(args: argparse.Namespace) -> Client:
-    """The fleet.Client of the database the command names: the commands that an application can
-    also run through a Client get their data through it, so both take one code path."""
-    return Client(database_url(args), application_name="fleetctl")
-
-
-def require_schema(conn: psycopg.Connection[Any]) -> None:
-    """Refuse (SchemaOutdated, exit 2) a database whose fleet schema is missing or older than this
-    fleet's: only `fleetctl migrate` changes the schema, so the role that applies schedules needs no
-    DDL rights."""
-    check_schema(conn)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -110,7 +81,7 @@ def import_apps(modules: Sequence[str]) -> None:
         for module in modules:
             try:
                 importlib.import_module(module)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - an application's module can raise anything at import
                 raise UsageError(f"--app: cannot import {module!r}: {_one_line(e)}") from None
     finally:
         sys.path.remove(here)

@@ -136,8 +136,11 @@ def scale_workers(sv: Supervisor, n: int, timeout_s: float) -> ScaleResult:
     changing = set(result.started) | set(result.stopped)
     while True:
         states = {p.name: p.state for p in sv.workers()}
-        done = {name for name in changing
-                if (states[name] == "RUNNING" if name in wanted else states[name] in _STOPPED)}
+        done = {
+            name
+            for name in changing
+            if (states[name] == "RUNNING" if name in wanted else states[name] in _STOPPED)
+        }
         given_up = {name for name in changing if name in wanted and states[name] == "FATAL"}
         if done | given_up == changing or time.monotonic() > end:
             break

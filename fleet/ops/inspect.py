@@ -12,7 +12,8 @@ import orjson
 import psycopg
 
 from fleet import inspect
-from fleet.ops.cli import UsageError, db
+from fleet.errors import UsageError
+from fleet.ops.connection import db
 from fleet.ops.printable import printable, printable_lines
 from fleet.ops.targets import iso, parse_count, parse_instant, require_schedules, run_row
 from fleet.queries import q

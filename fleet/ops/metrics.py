@@ -28,9 +28,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from fleet import logs
 from fleet.db import connect, redact, resolve_url
-from fleet.errors import DatabaseUnavailable
+from fleet.errors import DatabaseUnavailable, UsageError
 from fleet.ops import health
-from fleet.ops.cli import UsageError
 from fleet.ops.inspect import live_processes, schedule_health
 from fleet.ops.metrics_server import (
     DEFAULT_INTERVAL_S,
@@ -119,7 +118,7 @@ class FleetCollector(Collector):
 
     def _advance(self, conn: psycopg.Connection[Any]) -> None:
         """Add the runs that finished since the previous scrape to the counters."""
-        clock = conn.execute(q("schedule_db_now"), {"now": None}).fetchone()
+        clock = conn.execute(q("clock_read"), {"now": None}).fetchone()
         assert clock is not None
         until: datetime = clock["now"] - self.settle
         if self.since is None:

@@ -98,7 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"  # one request per connection
     timeout = REQUEST_DEADLINE_S  # each read or write; the whole request has its own deadline too
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         if not self.server.access.allows(self.headers.get("Authorization")):
             self._send(401, b"authentication required\n", [("WWW-Authenticate", 'Basic realm="fleet"')])
             return

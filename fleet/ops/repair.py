@@ -19,7 +19,8 @@ import orjson
 import psycopg
 
 from fleet.client import Client
-from fleet.ops.cli import UsageError, client, db
+from fleet.errors import UsageError
+from fleet.ops.connection import client, db
 from fleet.ops.targets import iso, parse_age, parse_count, parse_instant, schedule_row
 from fleet.queries import q
 from fleet.schedule import slots_between, timing_of
@@ -101,7 +102,7 @@ def _prune_scope(
     the newest successful and the newest finished run."""
     if schedule is not None:
         schedule_row(conn, schedule)
-    clock = conn.execute(q("schedule_db_now"), {"now": now}).fetchone()
+    clock = conn.execute(q("clock_read"), {"now": now}).fetchone()
     assert clock is not None
     db_now: datetime = clock["now"]
     result = PruneResult(cutoff=db_now - older_than)

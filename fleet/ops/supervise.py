@@ -4,38 +4,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fleet.envfile import read_env_file
-from fleet.errors import ConfigError
-from fleet.ops.cli import Command, UsageError
+from fleet.errors import ConfigError, UsageError
 from fleet.ops.control import Supervisor, SupervisorUnavailable, scale_workers, serverurl_from_config
-from fleet.settings import DEFAULT_GRACE_S
+from fleet.ops.host import default_bin_dir, default_grace
 from fleet.supervisor import DEFAULT_MAX_WORKERS, SupervisorOptions, render
 
+Command = Callable[[argparse.Namespace], int]
 UP_CONFIG = Path(".fleet") / "supervisord.conf"
 SCALE_TIMEOUT_S = 600.0
 GRACE_HELP = "seconds a stopping worker lets its jobs finish [env FLEET_GRACE] (30)"
-
-
-def default_bin_dir() -> Path:
-    """The directory holding fleetctl, fleet-worker and fleet-ticker of this installation."""
-    here = Path(sys.executable).parent  # the virtual environment's bin (not resolved: it may be a link)
-    if (here / "fleet-worker").exists():
-        return here
-    found = shutil.which("fleet-worker")
-    return Path(found).parent if found else here
-
-
-def default_grace() -> float:
-    raw = os.environ.get("FLEET_GRACE")
-    try:
-        return float(raw) if raw else DEFAULT_GRACE_S
-    except ValueError:
-        raise UsageError(f"FLEET_GRACE: invalid value {raw!r}") from None
 
 
 def add_commands(sub: Any) -> dict[str, Command]:
@@ -128,8 +111,12 @@ def add_commands(sub: Any) -> dict[str, Command]:
         help="schedules file to apply (default: the examples, if the database has none)",
     )
     u.add_argument("--grace", metavar="S", type=float, help=GRACE_HELP)
-    u.add_argument("--dashboard", metavar="HOST:PORT", default="127.0.0.1:8787",
-                   help="where the web dashboard listens (127.0.0.1:8787)")
+    u.add_argument(
+        "--dashboard",
+        metavar="HOST:PORT",
+        default="127.0.0.1:8787",
+        help="where the web dashboard listens (127.0.0.1:8787)",
+    )
     u.add_argument("--no-dashboard", action="store_true", help="start no web dashboard")
     u.add_argument(
         "--debug",
@@ -168,9 +155,14 @@ def add_commands(sub: Any) -> dict[str, Command]:
         "variables to the environment (the file wins) and replace this process with COMMAND.",
     )
     e.add_argument("file", help="the environment file (refused when others may write it)")
-    e.add_argument("--allow", metavar="PATTERN", action="append", default=[],
-                   help="also allow variables matching PATTERN (e.g. APP_*; repeatable); "
-                   "FLEET_*, OTEL_* and PG* are always allowed")
+    e.add_argument(
+        "--allow",
+        metavar="PATTERN",
+        action="append",
+        default=[],
+        help="also allow variables matching PATTERN (e.g. APP_*; repeatable); "
+        "FLEET_*, OTEL_* and PG* are always allowed",
+    )
     e.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]")
 
     def cmd_up(args: argparse.Namespace) -> int:

@@ -9,8 +9,8 @@ from typing import Any
 
 import psycopg
 
+from fleet.errors import UsageError
 from fleet.inspect import why_no_run
-from fleet.ops.cli import UsageError
 from fleet.queries import q
 from fleet.schedule import TimingError, parse_duration
 
@@ -92,5 +92,3 @@ def run_row(conn: psycopg.Connection[Any], name: str, slot: datetime) -> dict[st
             f"schedule {name!r} has no run at {iso(slot)}{why_no_run(schedule_row(conn, name), slot)}"
         )
     return row
-
-

@@ -44,16 +44,15 @@ from fleet.embedded import (
     write_up_state,
 )
 from fleet.envfile import render_env
-from fleet.errors import ConfigError, ScheduleFileError
+from fleet.errors import ConfigError, ScheduleFileError, UsageError
 from fleet.jobs import registered
 from fleet.migrate import migrate
 from fleet.ops import live
-from fleet.ops.cli import UsageError
 from fleet.ops.control import ProcInfo, Supervisor, SupervisorUnavailable
 from fleet.ops.dashboard.command import RunningDashboard
 from fleet.ops.dashboard.config import DEFAULT_LISTEN, DEFAULT_REFRESH_S, settings_from
 from fleet.ops.down import left_supervisord, runs_with, stop_left_supervisord
-from fleet.ops.supervise import default_bin_dir, default_grace
+from fleet.ops.host import default_bin_dir, default_grace
 from fleet.queries import q
 from fleet.schedfile import ScheduleSpec, load
 from fleet.signals import on_stop_signal
@@ -360,8 +359,14 @@ class Up:
             return
         listen = getattr(self.args, "dashboard", None) or DEFAULT_LISTEN
         try:
-            settings = settings_from(listen=listen, read_only=False, trace_url=None,
-                                     refresh_s=DEFAULT_REFRESH_S, threads=4, env=os.environ)
+            settings = settings_from(
+                listen=listen,
+                read_only=False,
+                trace_url=None,
+                refresh_s=DEFAULT_REFRESH_S,
+                threads=4,
+                env=os.environ,
+            )
             self.dashboard = RunningDashboard(settings, url)
         except UsageError as e:
             self._say(f"warning: no dashboard: {e}")

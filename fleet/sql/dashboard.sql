@@ -2,7 +2,7 @@
 -- bounded: a limit, a page of slots or the live processes. Health, dead runs, one slot's history,
 -- the processes and the repairs reuse fleetctl's statements (ops.sql).
 
--- name: dashboard_session
+-- name: session_configure
 -- Every statement of the dashboard's connections gives up after this long: a page that cannot be
 -- read quickly says so rather than holding a connection.
 SELECT set_config('statement_timeout', %(ms)s::text, false)

@@ -15,7 +15,7 @@ RETURNING schedule_name, scheduled_for, status::text AS status
 -- name: run_notify
 SELECT pg_notify('fleet_runs', '')
 
--- name: run_round_settings
+-- name: round_configure
 -- Planner settings for one worker round (finish + claim), local to its transaction so that they
 -- never leak through a transaction-pooling proxy. The round's statements reach a few rows each
 -- through an index, and must keep doing so however stale the statistics: planned after a backlog
@@ -151,7 +151,7 @@ WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.attempts = v.a
   AND r.status::text = 'running' AND r.locked_by = %(worker)s
 RETURNING r.schedule_name, r.scheduled_for, r.attempts
 
--- name: run_claimed_again
+-- name: run_restamp
 -- A worker claimed again an attempt it still runs (its first claim's commit was lost): the row keeps
 -- the running attempt's start and trace ids, so its history and `fleetctl trace` name the span that
 -- is exported. Fenced like a heartbeat.

@@ -2,9 +2,9 @@
 
 -- name: schedule_lock_apply
 -- Serialises applies among themselves; tickers and workers never take it.
-SELECT pg_advisory_xact_lock(7306030331985225057)
+SELECT pg_advisory_xact_lock(%(key)s)
 
--- name: schedule_db_now
+-- name: clock_read
 SELECT coalesce(%(now)s::timestamptz, now()) AS now
 
 -- name: schedule_definitions

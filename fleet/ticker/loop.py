@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from fleet import logs, telemetry
 from fleet.db import (
@@ -20,13 +21,13 @@ from fleet.db import (
     resolve_url,
 )
 from fleet.errors import DatabaseUnavailable, SchemaOutdated
+from fleet.keys import LEADER_LOCK, SCHEDULES_CHANNEL
 from fleet.migrate import check_schema
 from fleet.queries import q
 from fleet.registry import process_register, process_remove, process_touch
 from fleet.settings import TickerSettings
 from fleet.ticker.tick import TickResult, run_once
 
-_LEADER_KEY = 0x666C7469636B  # "fltick": the leader lock, a session-level advisory lock
 _RECONNECT_DEADLINE_S = 365 * 86400.0  # keep trying: a process manager restarting us helps nobody
 _WAIT_SLICE_S = 0.25  # longest uninterrupted wait, so a stop request is seen promptly
 
@@ -58,7 +59,7 @@ class Ticker:
             stop=self.stop,
         )
         self.listen = connect(self.url, app + " listen", listen=True)
-        self.listen.execute("LISTEN fleet_schedules")
+        self.listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(SCHEDULES_CHANNEL)))
         check_schema(self.conn)
         process_register(self.conn, self.settings.ticker_id, "ticker")
         self._unavailable_log.reset()
@@ -82,7 +83,7 @@ class Ticker:
             if self.settings.leader:
                 self.listen.execute("SELECT 1")  # a dead session would mean the lock is gone
             return True
-        got = self.listen.execute("SELECT pg_try_advisory_lock(%s) AS ok", (_LEADER_KEY,)).fetchone()
+        got = self.listen.execute("SELECT pg_try_advisory_lock(%s) AS ok", (LEADER_LOCK,)).fetchone()
         self.is_leader = bool(got and got["ok"])
         if self.is_leader:
             logs.event("leader_acquired", ticker_id=self.settings.ticker_id)

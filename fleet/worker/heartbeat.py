@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sized
+from typing import Any, Protocol
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -14,10 +14,21 @@ from fleet import logs
 from fleet.db import prepared_statements_broke, unavailable
 from fleet.queries import q
 from fleet.registry import process_touch
-from fleet.worker.attempt import LEASE_RAN_OUT, trusted_for
+from fleet.settings import WorkerSettings
+from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, trusted_for
 
-if TYPE_CHECKING:
-    from fleet.worker.loop import Worker
+
+class Holder(Protocol):
+    """What the heartbeat and the lease watch need of a worker: its settings, how many runs it holds,
+    and the attempts running now."""
+
+    settings: WorkerSettings
+
+    @property
+    def inflight(self) -> Sized: ...
+
+    def running_attempts(self) -> list[Attempt]: ...
+
 
 _TOUCH_EVERY_S = 5.0
 
@@ -54,7 +65,7 @@ class Heartbeat(threading.Thread):
     """
 
     def __init__(
-        self, worker: Worker, pool: ConnectionPool[Any], on_fenced: Callable[[Any, str], None]
+        self, worker: Holder, pool: ConnectionPool[Any], on_fenced: Callable[[Any, str], None]
     ) -> None:
         super().__init__(name="fleet-heartbeat", daemon=True)
         self.worker = worker
@@ -120,7 +131,7 @@ class LeaseWatch(threading.Thread):
     up on time: before the database lease ends and another worker may take the run over.
     """
 
-    def __init__(self, worker: Worker, on_fenced: Callable[[Any, str], None]) -> None:
+    def __init__(self, worker: Holder, on_fenced: Callable[[Any, str], None]) -> None:
         super().__init__(name="fleet-lease-watch", daemon=True)
         self.worker = worker
         self.on_fenced = on_fenced

@@ -5,8 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+from psycopg import sql
+
 from fleet import logs
 from fleet.db import connect, describe
+from fleet.keys import RUNS_CHANNEL
 
 # Any role that can connect may NOTIFY fleet_runs. However many notifications arrive, `wake` is set
 # at most once per this interval (the first at once, one more at the interval's end if any came in
@@ -48,7 +51,7 @@ class Listener(threading.Thread):
         while not self.halt.is_set():
             try:
                 with connect(self.url, self.app, listen=True) as conn:
-                    conn.execute("LISTEN fleet_runs")
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(RUNS_CHANNEL)))
                     errors.reset()
                     while not self.halt.is_set():
                         wait = max(0.0, self._next - time.monotonic()) if self._owed else 0.5

@@ -57,7 +57,7 @@ def run_round(
     order sent, the places in it (from 1) the finish wrote, the attempts claimed and the runs
     recorded as skipped for overlap."""
     with conn.pipeline():
-        conn.execute(q("run_round_settings"))
+        conn.execute(q("round_configure"))
         fin = None
         if batch:
             batch, fin = send_finish(conn, batch, worker_id=worker_id)
@@ -316,7 +316,7 @@ class Worker:
             # that is exported); bookkeeping only: a database error leaves the new claim's.
             with contextlib.suppress(psycopg.Error):
                 conn.execute(
-                    q("run_claimed_again"),
+                    q("run_restamp"),
                     {
                         "started_at": held.started_at,
                         "trace_id": held.trace_id,

@@ -11,10 +11,10 @@ import psycopg
 from fleet.db import connect
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
 from loadtest.bench.config import Bench
-from loadtest.bench.drain import drain_trial
 from loadtest.bench.procs import Proc, env_for, fleet_cmd
 from loadtest.bench.report import Report, median
 from loadtest.bench.server import checkpoint
+from loadtest.bench.trial import drain_trial
 
 RUNS = 1000
 SLEEP_S = 1.0

@@ -5,21 +5,19 @@ alike."""
 
 from __future__ import annotations
 
-import signal
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from fleet.db import connect
+from loadtest.bench import limit
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
 from loadtest.bench.config import WORKER_FLAGS, Bench
 from loadtest.bench.procs import Proc, env_for, fleet_cmd
 from loadtest.bench.report import Report, median
-from loadtest.bench.server import busy_cpu_s, checkpoint, serves_locally, settle_stats, wait_until
+from loadtest.bench.server import checkpoint, serves_locally
+from loadtest.bench.trial import Contender, Trial, drain_trial
 
 POLL_S = 0.2
 OPEN_RUNS = "SELECT EXISTS (SELECT 1 FROM fleet.job_runs WHERE status IN ('pending', 'running')) AS open"
@@ -27,95 +25,6 @@ DONE_RUNS = (
     "SELECT count(*) AS n, extract(epoch FROM max(finished_at) - min(started_at))::float8 AS s "
     "FROM fleet.job_attempts WHERE outcome = 'done'"
 )
-
-
-@dataclass(frozen=True)
-class Trial:
-    runs: int
-    seconds: float  # first claim to last finish, from the database
-    transactions: int  # the workers' database transactions during the trial
-    peak_rss_kib: int  # largest VmHWM among the worker processes, read before they were stopped
-    cpu_s: float  # CPU time of the worker processes, all of their lifetime
-    busy_s: float = 0.0  # this machine's busy CPU time (all cores) while the backlog drained
-
-    @property
-    def rate(self) -> float:
-        return self.runs / self.seconds if self.seconds > 0 else float("nan")
-
-    @property
-    def busy_us_per_run(self) -> float:
-        return self.busy_s / self.runs * 1e6
-
-
-class Contender(Protocol):
-    key: str  # "fleet.w2", "pgqueuer.b100", ...
-    label: str
-    processes: int  # worker processes; 0 for the pgbench limit, which has no workers to measure
-    backlog_cap: int | None  # a smaller backlog for a contender too slow for the full one
-
-    def trial(self, bench: Bench, n: int) -> Trial: ...
-
-
-def drain_trial(
-    bench: Bench,
-    url: str,
-    *,
-    start: Callable[[], list[Proc]],
-    ready: Callable[[], bool],
-    load: Callable[[], None],
-    tables: Sequence[str],
-    still_open: str,
-    measure: str,
-    n: int,
-) -> Trial:
-    """Start the workers and wait until they are `ready`; pause them (SIGSTOP), `load` the backlog
-    in one transaction, vacuum and analyse the `tables` it filled and checkpoint, as the limit's
-    pgbench runs find their table; resume them (SIGCONT) all at once, wait until nothing is open,
-    read RSS and CPU, stop the workers, then read the figures. `still_open` is a query returning one
-    row with a boolean `open`; `measure` one with `n`, the runs done, and `s`, the seconds from the
-    first start to the last finish."""
-    procs = start()
-    try:
-        wait_until(ready, 60, "the workers to be ready", procs=bench.procs, watched=procs)
-        time.sleep(0.5)
-        for p in procs:
-            p.signal(signal.SIGSTOP)
-        try:
-            load()
-            with connect(url, "fleet-bench prepare") as conn:
-                conn.autocommit = True
-                for table in tables:
-                    conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(*table.split("."))))
-                checkpoint(conn)
-            settle_stats()
-            before = bench.server.transactions(url)
-            busy = busy_cpu_s()
-        finally:
-            for p in procs:
-                p.signal(signal.SIGCONT)
-        with connect(url, "fleet-bench monitor") as conn:
-            own = 1  # the monitor's own transactions, subtracted below; opening a session counts one
-
-            def done() -> bool:
-                nonlocal own
-                own += 1
-                row = conn.execute(still_open).fetchone()
-                return bool(row and not row["open"])
-
-            wait_until(done, max(120.0, n / 100), "the backlog to drain", POLL_S, bench.procs, procs)
-        busy = busy_cpu_s() - busy
-        rss = max(p.peak_rss_kib() for p in procs)
-        cpu = sum(p.cpu_s() for p in procs)
-    finally:
-        bench.procs.stop(procs)
-    settle_stats()
-    transactions = bench.server.transactions(url) - before - own
-    with connect(url, "fleet-bench") as conn:
-        row = conn.execute(measure).fetchone()
-    runs, seconds = (int(row["n"]), float(row["s"] or 0)) if row else (0, 0.0)
-    if runs != n:
-        raise RuntimeError(f"{runs} of {n} runs were done")
-    return Trial(runs, seconds, transactions, rss, cpu, busy)
 
 
 class FleetDrain:
@@ -174,8 +83,6 @@ class FleetDrain:
 
 
 def run(bench: Bench, report: Report) -> None:
-    from loadtest.bench import limit  # it imports Trial from here
-
     contenders: list[Contender] = []
     if bench.selected("drain"):
         url = bench.server.database("drain")
@@ -184,6 +91,7 @@ def run(bench: Bench, report: Report) -> None:
         contenders += [FleetDrain(url, w) for w in bench.opts.workers]
         contenders += limit.interleaved(bench)
     if bench.selected("peers"):
+        # imported only here: they need the peers' packages (the bench extra)
         from loadtest.bench import peer_pgqueuer, peer_procrastinate
 
         contenders += peer_pgqueuer.drain_contenders(bench)

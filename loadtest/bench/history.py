@@ -11,9 +11,10 @@ import psycopg
 from fleet.db import connect
 from loadtest.bench.backlog import add_schedule, insert_history
 from loadtest.bench.config import Bench
-from loadtest.bench.drain import FleetDrain, Trial
+from loadtest.bench.drain import FleetDrain
 from loadtest.bench.report import Report, median
 from loadtest.bench.server import checkpoint
+from loadtest.bench.trial import Trial
 
 WORKERS = 2
 

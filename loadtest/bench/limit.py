@@ -14,9 +14,9 @@ from typing import NamedTuple
 from fleet.db import connect
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
 from loadtest.bench.config import BATCH, Bench
-from loadtest.bench.drain import Trial
 from loadtest.bench.report import Report, median
 from loadtest.bench.server import busy_cpu_s, checkpoint
+from loadtest.bench.trial import Trial
 
 HERE = Path(__file__).resolve().parent.parent
 UPDATE_ROWS = 10_000

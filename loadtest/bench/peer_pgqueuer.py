@@ -19,9 +19,9 @@ from psycopg.conninfo import conninfo_to_dict
 from fleet.db import connect
 from loadtest.bench import stamps
 from loadtest.bench.config import Bench
-from loadtest.bench.drain import Trial, drain_trial
 from loadtest.bench.procs import BIN, Proc, env_for
 from loadtest.bench.server import checkpoint, pg_env
+from loadtest.bench.trial import Trial, drain_trial
 
 ENTRYPOINT = "noop"
 CRON_EVERY_SECOND = "* * * * * *"

@@ -13,9 +13,9 @@ import procrastinate
 from fleet.db import connect
 from loadtest.bench import stamps
 from loadtest.bench.config import Bench
-from loadtest.bench.drain import Trial, drain_trial
 from loadtest.bench.procs import BIN, Proc, env_for
 from loadtest.bench.server import checkpoint, pg_env
+from loadtest.bench.trial import Trial, drain_trial
 
 drain_app = procrastinate.App(connector=procrastinate.PsycopgConnector())
 lag_app = procrastinate.App(connector=procrastinate.PsycopgConnector())

@@ -83,7 +83,9 @@ def run(bench: Bench, report: Report) -> None:
     cycles = 1 if bench.opts.quick else 2
     with connect(url, "fleet-bench") as conn:
         conn.execute("TRUNCATE fleet.job_attempts, fleet.job_runs")
-        conn.execute("UPDATE fleet.schedules SET next_run_at = date_trunc('minute', now()) + interval '1 minute'")
+        conn.execute(
+            "UPDATE fleet.schedules SET next_run_at = date_trunc('minute', now()) + interval '1 minute'"
+        )
         conn.execute("VACUUM ANALYZE fleet.schedules")
         ticker = bench.procs.start(fleet_cmd("fleet-ticker"), env_for(url), bench.log("ticker-cpu"))
         try:

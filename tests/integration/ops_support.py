@@ -88,5 +88,7 @@ def snapshot(conn: psycopg.Connection[Any]) -> list[Any]:
     return [
         conn.execute("SELECT * FROM fleet.schedules ORDER BY name").fetchall(),
         conn.execute("SELECT * FROM fleet.job_runs ORDER BY schedule_name, scheduled_for").fetchall(),
-        conn.execute("SELECT * FROM fleet.job_attempts ORDER BY schedule_name, scheduled_for, attempt").fetchall(),
+        conn.execute(
+            "SELECT * FROM fleet.job_attempts ORDER BY schedule_name, scheduled_for, attempt"
+        ).fetchall(),
     ]

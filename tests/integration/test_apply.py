@@ -20,8 +20,9 @@ job = "noop"
 
 
 def fleetctl(db_url: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(fleetctl_cmd(*args), env=env_for(db_url), capture_output=True, text=True, timeout=60,
-                          cwd=cwd)
+    return subprocess.run(
+        fleetctl_cmd(*args), env=env_for(db_url), capture_output=True, text=True, timeout=60, cwd=cwd
+    )
 
 
 def snapshot(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
@@ -31,27 +32,51 @@ def snapshot(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
 BAD_CASES = {
     "malformed cron": ('[[schedule]]\nname = "x"\ncron = "61 * * * *"\njob = "noop"\n', ["'x'", "cron"]),
     "never-firing cron": ('[[schedule]]\nname = "x"\ncron = "0 0 30 2 *"\njob = "noop"\n', ["'x'", "cron"]),
-    "cron step larger than its field": ('[[schedule]]\nname = "x"\ncron = "*/90 * * * *"\njob = "noop"\n',
-                                        ["'x'", "cron: minute field: step 90"]),
-    "cron with a no-break space": ('[[schedule]]\nname = "x"\ncron = "0\u00a02 * * *"\njob = "noop"\n',
-                                   ["'x'", "cron: white space U+00A0"]),
+    "cron step larger than its field": (
+        '[[schedule]]\nname = "x"\ncron = "*/90 * * * *"\njob = "noop"\n',
+        ["'x'", "cron: minute field: step 90"],
+    ),
+    "cron with a no-break space": (
+        '[[schedule]]\nname = "x"\ncron = "0\u00a02 * * *"\njob = "noop"\n',
+        ["'x'", "cron: white space U+00A0"],
+    ),
     "zero interval": ('[[schedule]]\nname = "x"\nevery = "0s"\njob = "noop"\n', ["'x'", "every"]),
     "negative interval": ('[[schedule]]\nname = "x"\nevery = "-5m"\njob = "noop"\n', ["'x'", "every"]),
-    "unknown time zone": ('[[schedule]]\nname = "x"\ncron = "0 2 * * *"\ntimezone = "Mars/Olympus"\njob = "noop"\n',
-                          ["'x'", "timezone"]),
-    "both cron and every": ('[[schedule]]\nname = "x"\ncron = "* * * * *"\nevery = "1m"\njob = "noop"\n',
-                            ["'x'", "cron/every"]),
+    "unknown time zone": (
+        '[[schedule]]\nname = "x"\ncron = "0 2 * * *"\ntimezone = "Mars/Olympus"\njob = "noop"\n',
+        ["'x'", "timezone"],
+    ),
+    "both cron and every": (
+        '[[schedule]]\nname = "x"\ncron = "* * * * *"\nevery = "1m"\njob = "noop"\n',
+        ["'x'", "cron/every"],
+    ),
     "neither cron nor every": ('[[schedule]]\nname = "x"\njob = "noop"\n', ["'x'", "cron/every"]),
-    "unknown catch-up": ('[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\ncatchup = "some"\n', ["'x'", "catchup"]),
-    "unknown overlap": ('[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\noverlap = "maybe"\n', ["'x'", "overlap"]),
-    "bad duration": ('[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\ntimeout = "ten minutes"\n',
-                     ["'x'", "timeout"]),
-    "max_attempts below 1": ('[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\nretry = { max_attempts = 0 }\n',
-                             ["'x'", "retry.max_attempts"]),
-    "duplicate names": ('[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\n'
-                        '[[schedule]]\nname = "x"\nevery = "2m"\njob = "noop"\n', ["'x'", "declared twice"]),
+    "unknown catch-up": (
+        '[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\ncatchup = "some"\n',
+        ["'x'", "catchup"],
+    ),
+    "unknown overlap": (
+        '[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\noverlap = "maybe"\n',
+        ["'x'", "overlap"],
+    ),
+    "bad duration": (
+        '[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\ntimeout = "ten minutes"\n',
+        ["'x'", "timeout"],
+    ),
+    "max_attempts below 1": (
+        '[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\nretry = { max_attempts = 0 }\n',
+        ["'x'", "retry.max_attempts"],
+    ),
+    "duplicate names": (
+        '[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\n'
+        '[[schedule]]\nname = "x"\nevery = "2m"\njob = "noop"\n',
+        ["'x'", "declared twice"],
+    ),
     "unparsable TOML": ('[[schedule]\nname = "x"', ["not valid TOML"]),
-    "unknown field": ('[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\nretires = 3\n', ["'x'", "retires"]),
+    "unknown field": (
+        '[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\nretires = 3\n',
+        ["'x'", "retires"],
+    ),
 }
 
 
@@ -75,17 +100,23 @@ def test_bad_file_changes_nothing_and_exits_2(
 
 def test_every_problem_is_reported_at_once(db_url: str, tmp_path: Path) -> None:
     f = tmp_path / "bad.toml"
-    f.write_text('[[schedule]]\nname = "a"\nevery = "0s"\njob = "noop"\n'
-                 '[[schedule]]\nname = "b"\ncron = "bad"\njob = "noop"\ntimezone = "Nowhere/City"\n')
+    f.write_text(
+        '[[schedule]]\nname = "a"\nevery = "0s"\njob = "noop"\n'
+        '[[schedule]]\nname = "b"\ncron = "bad"\njob = "noop"\ntimezone = "Nowhere/City"\n'
+    )
     done = fleetctl(db_url, "apply", str(f))
     assert done.returncode == 2
     text = done.stderr
     assert "'a': every" in text and "'b': timezone" in text
 
 
-def test_apply_creates_updates_replans_and_prunes(db_url: str, conn: psycopg.Connection[Any], tmp_path: Path) -> None:
+def test_apply_creates_updates_replans_and_prunes(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
     f = tmp_path / "s.toml"
-    f.write_text(GOOD + '[[schedule]]\nname = "other"\ncron = "0 2 * * *"\ntimezone = "Europe/Berlin"\njob = "x"\n')
+    f.write_text(
+        GOOD + '[[schedule]]\nname = "other"\ncron = "0 2 * * *"\ntimezone = "Europe/Berlin"\njob = "x"\n'
+    )
     first = fleetctl(db_url, "apply", str(f))
     assert first.returncode == 0, first.stderr
     assert "created: keep, other" in first.stdout
@@ -108,8 +139,16 @@ def test_apply_from_missing_file_exits_2(db_url: str, tmp_path: Path) -> None:
 
 
 def test_migrate_twice_and_concurrently_is_safe(db_url: str, conn: psycopg.Connection[Any]) -> None:
-    procs = [subprocess.Popen(fleetctl_cmd("migrate"), env=env_for(db_url), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            fleetctl_cmd("migrate"),
+            env=env_for(db_url),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     results = [p.communicate(timeout=60) for p in procs]
     assert all(p.returncode == 0 for p in procs), results
     assert scalar(conn, "SELECT count(*) FROM fleet.migrations") >= 1

@@ -6,7 +6,7 @@ import dataclasses
 import re
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -14,13 +14,13 @@ import pytest
 
 from fleet.db import connect
 from fleet.worker.attempt import Attempt, Outcome
-from fleet.worker.claim import run_claim
+from fleet.worker.claim import Skipped, run_claim
 from fleet.worker.finish import DONE, decide, run_finish
 from fleet.worker.heartbeat import run_heartbeat
 from fleet.worker.loop import run_round
 from tests.support import apply_text, scalar
 
-UTC = timezone.utc
+UTC = UTC
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 LEASE = 10.0
 
@@ -54,7 +54,7 @@ def claim(
     worker: str = "w1",
     limit: int = 10,
     jobs: tuple[str, ...] = ("noop",),
-) -> tuple[list[Attempt], list[dict[str, Any]]]:
+) -> tuple[list[Attempt], list[Skipped]]:
     return run_claim(conn, worker_id=worker, jobs=jobs, limit=limit, lease_s=LEASE, now=now)
 
 
@@ -63,7 +63,7 @@ def row(conn: psycopg.Connection[Any], name: str = "s", slot: datetime = T0) -> 
         "SELECT * FROM fleet.job_runs WHERE schedule_name = %s AND scheduled_for = %s", (name, slot)
     ).fetchone()
     assert r is not None
-    return r
+    return dict(r)
 
 
 def test_claim_takes_due_pending_runs_with_a_lease(conn: psycopg.Connection[Any]) -> None:
@@ -89,7 +89,7 @@ def test_each_attempt_of_a_batch_gets_its_own_trace_and_span_ids(conn: psycopg.C
     for a in got:
         assert re.fullmatch("[0-9a-f]{32}", a.trace_id or "")
         assert re.fullmatch("[0-9a-f]{16}", a.span_id or "")
-        assert a.span_id not in (a.trace_id or "")  # drawn from different bytes
+        assert (a.span_id or "") not in (a.trace_id or "")  # drawn from different bytes
         r = row(conn, slot=a.slot)
         assert (r["trace_id"], r["span_id"]) == (a.trace_id, a.span_id)
 
@@ -254,7 +254,7 @@ def test_a_round_is_one_transaction(conn: psycopg.Connection[Any]) -> None:
     schedule(conn)
     add_run(conn, "s", T0)
     with conn.pipeline():
-        conn.execute(q("run_round_settings"))
+        conn.execute(q("round_configure"))
         inside = conn.execute("SELECT current_setting('enable_seqscan') AS v")
         conn.execute("UPDATE fleet.job_runs SET failures = 1")
     assert inside.fetchone() == {"v": "off"}
@@ -305,8 +305,14 @@ def test_a_finish_waiting_on_a_heartbeat_of_its_runs_records_every_run(db_url: s
         t = threading.Thread(target=finish)
         t.start()
         deadline = time.monotonic() + 10
-        while scalar(check, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'loop' "
-                     "AND wait_event_type = 'Lock'") == 0:
+        while (
+            scalar(
+                check,
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'loop' "
+                "AND wait_event_type = 'Lock'",
+            )
+            == 0
+        ):
             assert time.monotonic() < deadline, "the finish never waited for the heartbeat"
             time.sleep(0.01)
         beat.commit()

@@ -162,7 +162,10 @@ def test_retry_and_discard_refusals_change_nothing(db_url: str, conn: psycopg.Co
         assert e.value.status == "done"
         with pytest.raises(fleet.RunStateError, match="nothing to discard"):
             c.discard("s", SLOT)
-        with pytest.raises(fleet.UnknownRun, match=r"^schedule 's' has no run at 2026-03-01T09:00:00Z: it is a slot of the schedule") as u:
+        with pytest.raises(
+            fleet.UnknownRun,
+            match=r"^schedule 's' has no run at 2026-03-01T09:00:00Z: it is a slot of the schedule",
+        ) as u:
             c.retry("s", SLOT - timedelta(hours=1))
         assert (u.value.schedule, u.value.slot) == ("s", SLOT - timedelta(hours=1))
         with pytest.raises(fleet.UnknownSchedule):
@@ -390,7 +393,9 @@ def test_the_documented_example_runs(db_url: str, tmp_path: Path) -> None:
         "paused: True",
     ], done.stdout
     assert re.fullmatch(r"next slot after resume: \d{4}-\d\d-\d\d 01:00:00\+00:00", lines[5]), lines[5]
-    assert lines[6].startswith("error: schedule 'nightly-report' has no run at 2020-01-01T00:00:00Z: not a slot")
+    assert lines[6].startswith(
+        "error: schedule 'nightly-report' has no run at 2020-01-01T00:00:00Z: not a slot"
+    )
 
 
 def test_the_public_api_is_typed(tmp_path: Path) -> None:

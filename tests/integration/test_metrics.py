@@ -95,7 +95,9 @@ def test_a_scrape_carries_health_numbers_and_counters_that_survive_prune(
     assert value(second, "fleet_start_lag_seconds_bucket", schedule="s", le="5.0") == 2
 
     # pruning deletes rows; the counters do not go down
-    conn.execute("UPDATE fleet.job_runs SET finished_at = finished_at - interval '10 days' WHERE status = 'done'")
+    conn.execute(
+        "UPDATE fleet.job_runs SET finished_at = finished_at - interval '10 days' WHERE status = 'done'"
+    )
     assert run_prune(conn, timedelta(days=1), pause_s=0).runs > 0
     third = samples(generate_latest(registry).decode())
     assert value(third, "fleet_runs_finished_total", schedule="s", status="done") == 2
@@ -130,6 +132,7 @@ def test_fleetctl_metrics_serves_http_until_stopped(
             timeout=20,
             what="the exporter to listen",
         )
+        assert line is not None
         url = line.removeprefix("serving metrics on ")
         with urllib.request.urlopen(url, timeout=10) as response:
             assert response.status == 200

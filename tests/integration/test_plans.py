@@ -130,7 +130,7 @@ def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -
     )
     params = claim_params(worker_id="w", jobs=["noop"], limit=100, lease_s=10, now=T0)
     with conn.transaction():
-        conn.execute(q("run_round_settings"))
+        conn.execute(q("round_configure"))
         claim = plan(conn, "run_claim", params)
         fin = plan(
             conn,
@@ -160,6 +160,4 @@ def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -
     fin_update = fin[fin.index("CTE fin") : fin.index("CTE history")]
     assert "job_runs_pkey" in fin_update and "Join Filter" not in fin_update, fin
     # without the round's settings the same statistics lead the claim to read and sort open runs
-    assert (
-        "Sort" in (p := plan(conn, "run_claim", params))[p.index("CTE expired") : p.index("CTE cand")]
-    )
+    assert "Sort" in (p := plan(conn, "run_claim", params))[p.index("CTE expired") : p.index("CTE cand")]

@@ -58,8 +58,17 @@ def test_prune_of_a_million_rows_does_not_block_claims(db_url: str, conn: psycop
     # health and pruning read a million finished rows through indexes only
     for name, params in (
         ("schedule_health", {"now": None, "names": None, "stale_s": 60}),
-        ("run_prune", {"cutoff": datetime.now(UTC), "after": datetime(1, 1, 1, tzinfo=UTC), "schedule": None,
-                       "limit": 5000, "keep_names": ["s1"], "keep_slots": [datetime.now(UTC)]}),
+        (
+            "run_prune",
+            {
+                "cutoff": datetime.now(UTC),
+                "after": datetime(1, 1, 1, tzinfo=UTC),
+                "schedule": None,
+                "limit": 5000,
+                "keep_names": ["s1"],
+                "keep_slots": [datetime.now(UTC)],
+            },
+        ),
     ):
         plan = "\n".join(r["QUERY PLAN"] for r in conn.execute("EXPLAIN " + q(name), params))
         assert "Seq Scan on fleet.job_runs" not in plan and "Seq Scan on fleet.job_attempts" not in plan, plan

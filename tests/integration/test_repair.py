@@ -34,7 +34,7 @@ def run(conn: psycopg.Connection[Any], slot: datetime = SLOT, name: str = "s") -
         (name, slot),
     ).fetchone()
     assert r is not None
-    return r
+    return dict(r)
 
 
 def refused(capsys: Cap, db_url: str, conn: psycopg.Connection[Any], *args: str) -> str:

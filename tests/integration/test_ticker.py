@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -11,7 +11,7 @@ import pytest
 from fleet.ticker.tick import run_once
 from tests.support import apply_text, scalar
 
-UTC = timezone.utc
+UTC = UTC
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 
 
@@ -25,19 +25,26 @@ def _runs(conn: psycopg.Connection[Any], status: str | None = None) -> list[date
 
 @pytest.mark.parametrize(
     ("policy", "expected"),
-    [("skip", []), ("latest", [T0.replace(minute=45)]),
-     ("all", [T0.replace(minute=15), T0.replace(minute=30), T0.replace(minute=45)])],
+    [
+        ("skip", []),
+        ("latest", [T0.replace(minute=45)]),
+        ("all", [T0.replace(minute=15), T0.replace(minute=30), T0.replace(minute=45)]),
+    ],
 )
 def test_catchup_after_outage(conn: psycopg.Connection[Any], policy: str, expected: list[datetime]) -> None:
     # A 15-minute job; the last tick before the outage ran at 10:02, the ticker is back at 10:52.
-    apply_text(conn, f"""
+    apply_text(
+        conn,
+        f"""
 [[schedule]]
 name = "quarterly"
 every = "15m"
 job = "noop"
 start_at = "2026-11-02T10:15:00Z"
 catchup = "{policy}"
-""", now=T0 + timedelta(minutes=2))
+""",
+        now=T0 + timedelta(minutes=2),
+    )
     back = T0 + timedelta(minutes=52)
     result = run_once(conn, batch_size=10, catchup_limit=100, now=back)
     assert _runs(conn, "pending") == expected
@@ -56,7 +63,9 @@ def test_on_time_slot_is_created_once_per_tick_series(conn: psycopg.Connection[A
 
 
 def test_max_lateness_records_skipped(conn: psycopg.Connection[Any]) -> None:
-    apply_text(conn, """
+    apply_text(
+        conn,
+        """
 [[schedule]]
 name = "late"
 every = "15m"
@@ -64,7 +73,9 @@ job = "noop"
 start_at = "2026-11-02T10:15:00Z"
 catchup = "all"
 max_lateness = "20m"
-""", now=T0)
+""",
+        now=T0,
+    )
     run_once(conn, batch_size=10, catchup_limit=100, now=T0 + timedelta(minutes=52))
     assert _runs(conn, "pending") == [T0.replace(minute=45)]
     assert _runs(conn, "skipped") == [T0.replace(minute=15), T0.replace(minute=30)]
@@ -73,7 +84,9 @@ max_lateness = "20m"
 
 
 def test_catchup_all_is_bounded_per_tick(conn: psycopg.Connection[Any]) -> None:
-    apply_text(conn, """
+    apply_text(
+        conn,
+        """
 [[schedule]]
 name = "flood"
 every = "1s"
@@ -81,7 +94,9 @@ job = "noop"
 start_at = "2026-11-02T09:00:00Z"
 catchup = "all"
 max_catchup = 5000
-""", now=T0)
+""",
+        now=T0,
+    )
     r = run_once(conn, batch_size=10, catchup_limit=500, now=T0)
     assert r.created == 500 and r.still_due
     ticks = 1
@@ -104,10 +119,13 @@ def test_ticker_uses_database_clock_for_due(conn: psycopg.Connection[Any]) -> No
     # With no injected instant, due-ness is the database's now(): a schedule due an hour from the
     # database's point of view is not materialised, one due a minute ago is.
     db_now = scalar(conn, "SELECT now()")
-    apply_text(conn, '[[schedule]]\nname = "future"\nevery = "1h"\njob = "noop"\n'
-               f'start_at = "{(db_now + timedelta(hours=1)).isoformat()}"\n'
-               '[[schedule]]\nname = "past"\nevery = "1h"\njob = "noop"\ncatchup = "all"\n'
-               f'start_at = "{(db_now - timedelta(minutes=1)).isoformat()}"\n')
+    apply_text(
+        conn,
+        '[[schedule]]\nname = "future"\nevery = "1h"\njob = "noop"\n'
+        f'start_at = "{(db_now + timedelta(hours=1)).isoformat()}"\n'
+        '[[schedule]]\nname = "past"\nevery = "1h"\njob = "noop"\ncatchup = "all"\n'
+        f'start_at = "{(db_now - timedelta(minutes=1)).isoformat()}"\n',
+    )
     run_once(conn, batch_size=10, catchup_limit=10)
     names = [r["schedule_name"] for r in conn.execute("SELECT schedule_name FROM fleet.job_runs")]
     assert names == ["past"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from tests.support import job_events, one_run, processes, start_worker, wait_for
+from tests.support import job_events, one_run, processes, scalar, start_worker, wait_for
 
 
 def test_handed_back_run_is_retaken_without_waiting_for_a_poll(
@@ -26,7 +26,7 @@ def test_handed_back_run_is_retaken_without_waiting_for_a_poll(
         wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="a to start the run")
         start_worker(procs, db_url, tmp_path, "b", *flags)
         wait_for(
-            lambda: conn.execute("SELECT count(*) AS n FROM fleet.processes WHERE id = 'b'").fetchone()["n"],
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.processes WHERE id = 'b'"),
             what="b to be up",
         )
         time.sleep(0.5)  # b has looked for work, found none, and sleeps

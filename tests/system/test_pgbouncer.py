@@ -111,7 +111,10 @@ def run_behind(
         workers = [start_worker(procs, url, tmp, f"w{i}", *FAST, *flags) for i in range(2)]
         wait_for(
             lambda: (
-                scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE schedule_name = 'slow' AND status = 'done'")
+                scalar(
+                    conn,
+                    "SELECT count(*) FROM fleet.job_runs WHERE schedule_name = 'slow' AND status = 'done'",
+                )
                 >= 2
             ),
             timeout=30,
@@ -119,7 +122,10 @@ def run_behind(
         )
         conn.execute("UPDATE fleet.schedules SET enabled = false")
         wait_for(
-            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status IN ('pending', 'running')") == 0,
+            lambda: (
+                scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status IN ('pending', 'running')")
+                == 0
+            ),
             timeout=20,
             what="every created run to end",
         )

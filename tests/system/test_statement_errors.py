@@ -32,6 +32,8 @@ def test_a_worker_rides_out_a_lasting_statement_error(
         errors = [e for e in log_events(w) if e["event"] == "db_error"]
         assert w.popen.poll() is None, w.output()[-2000:]
         conn.execute("DROP TRIGGER disk_full ON fleet.job_runs")
-        wait_for(lambda: scalar(conn, "SELECT status FROM fleet.job_runs") == "done", timeout=10, what="the run")
+        wait_for(
+            lambda: scalar(conn, "SELECT status FROM fleet.job_runs") == "done", timeout=10, what="the run"
+        )
     assert len(errors) == 1 and "No space left on device" in errors[0]["error"], errors
     assert [e[0] for e in job_events(tmp_path)] == ["done"], job_events(tmp_path)

@@ -61,7 +61,7 @@ def test_processes_that_never_reached_the_database_stop_at_once(
         procs += [t, w]
         for p in (t, w):
             wait_for(
-                lambda p=p: any(e["event"] == "db_unavailable" for e in log_events(p)),
+                lambda p=p: any(e["event"] == "db_unavailable" for e in log_events(p)),  # type: ignore[misc]
                 timeout=20,
                 what="the process to find the database out of reach",
             )
@@ -95,8 +95,10 @@ def test_a_worker_losing_the_database_with_a_run_stops_after_its_grace_and_the_r
         conn = connect(db_url, "fleet-tests")
         start_worker(procs, db_url, tmp_path, "b", *flags)
         wait_for(
-            lambda: conn.execute("SELECT attempts, locked_by FROM fleet.job_runs").fetchone()
-            == {"attempts": 2, "locked_by": "b"},
+            lambda: (
+                conn.execute("SELECT attempts, locked_by FROM fleet.job_runs").fetchone()
+                == {"attempts": 2, "locked_by": "b"}
+            ),
             timeout=15,
             what="b to take the run over once a's lease ran out",
         )

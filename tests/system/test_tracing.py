@@ -58,7 +58,7 @@ def worker(procs: list[Proc], env: dict[str, str], tmp: Path, wid: str, *extra: 
 def run_row(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     r = conn.execute("SELECT * FROM fleet.job_runs WHERE schedule_name = 's'").fetchone()
     assert r is not None
-    return r
+    return dict(r)
 
 
 def history(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:

@@ -24,10 +24,13 @@ from tests.support import (
 )
 
 
-def worker(procs: list[Proc], db_url: str, tmp: Path, wid: str, *extra: str, env: dict[str, str] | None = None) -> Proc:
+def worker(
+    procs: list[Proc], db_url: str, tmp: Path, wid: str, *extra: str, env: dict[str, str] | None = None
+) -> Proc:
     p = Proc(
         worker_cmd("--app", "fleet_test_jobs", "--id", wid, *FAST, *extra),
-        env_for(db_url, FLEET_TEST_DIR=str(tmp), **(env or {})), tmp / f"{wid}.log",
+        env_for(db_url, FLEET_TEST_DIR=str(tmp), **(env or {})),
+        tmp / f"{wid}.log",
     )
     procs.append(p)
     return p
@@ -36,10 +39,12 @@ def worker(procs: list[Proc], db_url: str, tmp: Path, wid: str, *extra: str, env
 def run_row(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     r = conn.execute("SELECT * FROM fleet.job_runs WHERE schedule_name = 's'").fetchone()
     assert r is not None
-    return r
+    return dict(r)
 
 
-def test_sigkill_mid_run_is_finished_by_another_worker(db_url: str, conn: psycopg.Connection[Any], tmp_path: Path) -> None:
+def test_sigkill_mid_run_is_finished_by_another_worker(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
     one_run(conn, "sleep", "{ seconds = 1.5 }")
     with processes() as procs:
         a = worker(procs, db_url, tmp_path, "a")
@@ -74,8 +79,11 @@ def test_sigstop_zombie_changes_nothing_and_cancels_its_handler(
         wait_for(lambda: run_row(conn)["attempts"] == 2, timeout=20, what="b to take the run over")
         taken = run_row(conn)
         a.signal(signal.SIGCONT)  # the zombie wakes with its handler still running
-        wait_for(lambda: any(e[0] == "cancelled" and e[3] == "a" for e in job_events(tmp_path)), timeout=10,
-                 what="the zombie to cancel its handler")
+        wait_for(
+            lambda: any(e[0] == "cancelled" and e[3] == "a" for e in job_events(tmp_path)),
+            timeout=10,
+            what="the zombie to cancel its handler",
+        )
         time.sleep(1.0)  # several heartbeat periods of the resumed zombie
         assert {k: run_row(conn)[k] for k in owner} == {k: taken[k] for k in owner}
         assert run_row(conn)["locked_until"] >= taken["locked_until"]  # only b renews it
@@ -97,7 +105,8 @@ def test_retries_back_off_within_their_ceilings_then_dead(
         worker(procs, db_url, tmp_path, "a")
         wait_for(lambda: run_row(conn)["status"] == "dead", timeout=30, what="the run to go dead")
     hist = conn.execute(
-        "SELECT attempt, started_at, finished_at, outcome FROM fleet.job_attempts ORDER BY attempt").fetchall()
+        "SELECT attempt, started_at, finished_at, outcome FROM fleet.job_attempts ORDER BY attempt"
+    ).fetchall()
     assert [h["attempt"] for h in hist] == [1, 2, 3, 4, 5]
     assert [h["outcome"] for h in hist] == ["failed"] * 4 + ["dead"]
     for prev, nxt, ceiling in zip(hist[:-1], hist[1:], [1, 2, 4, 4], strict=True):
@@ -107,7 +116,9 @@ def test_retries_back_off_within_their_ceilings_then_dead(
     assert r["failures"] == 5 and "always fails" in r["last_error"]
 
 
-def test_permanent_error_goes_dead_after_one_attempt(db_url: str, conn: psycopg.Connection[Any], tmp_path: Path) -> None:
+def test_permanent_error_goes_dead_after_one_attempt(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
     one_run(conn, "permanent")
     with processes() as procs:
         worker(procs, db_url, tmp_path, "a")
@@ -127,23 +138,35 @@ def test_timeout_is_a_failed_attempt(db_url: str, conn: psycopg.Connection[Any],
     assert sum(1 for e in job_events(tmp_path) if e[0] == "cancelled") == 2
 
 
-def test_four_workers_run_each_of_200_runs_once(db_url: str, conn: psycopg.Connection[Any], tmp_path: Path) -> None:
-    apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1s"\njob = "noop"\noverlap = "allow"\n'
-               'start_at = "2099-01-01T00:00:00Z"\n')
-    conn.execute("INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
-                 "SELECT 's', '2026-01-01'::timestamptz + make_interval(secs => g), 'noop', 'allow', now() "
-                 "FROM generate_series(1, 200) g")
+def test_four_workers_run_each_of_200_runs_once(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    apply_text(
+        conn,
+        '[[schedule]]\nname = "s"\nevery = "1s"\njob = "noop"\noverlap = "allow"\n'
+        'start_at = "2099-01-01T00:00:00Z"\n',
+    )
+    conn.execute(
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
+        "SELECT 's', '2026-01-01'::timestamptz + make_interval(secs => g), 'noop', 'allow', now() "
+        "FROM generate_series(1, 200) g"
+    )
     with processes() as procs:
         for i in range(4):
             worker(procs, db_url, tmp_path, f"w{i}", "--claim-batch", "5", "--concurrency", "2")
-        wait_for(lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") == 200,
-                 timeout=60, what="200 runs done")
+        wait_for(
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") == 200,
+            timeout=60,
+            what="200 runs done",
+        )
     done = [e for e in job_events(tmp_path) if e[0] == "done"]
     assert len(done) == 200 and len({e[1] for e in done}) == 200
     assert scalar(conn, "SELECT max(attempts) FROM fleet.job_runs") == 1
     assert scalar(conn, "SELECT count(*) FROM fleet.job_attempts") == 200
-    per_worker = {r["worker_id"]: r["n"] for r in conn.execute(
-        "SELECT worker_id, count(*) AS n FROM fleet.job_attempts GROUP BY worker_id")}
+    per_worker = {
+        r["worker_id"]: r["n"]
+        for r in conn.execute("SELECT worker_id, count(*) AS n FROM fleet.job_attempts GROUP BY worker_id")
+    }
     print(f"200 runs over 4 workers: {per_worker}")
 
 
@@ -154,14 +177,31 @@ def test_heartbeats_racing_the_finishes_lose_no_result(
     a renewal every 20 ms and batches of 100 they collide many times over 20,000 runs: every result
     must still be recorded by the attempt that produced it (none fenced, none run twice)."""
     n = 20_000
-    apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1s"\njob = "noop"\noverlap = "allow"\n'
-               'start_at = "2099-01-01T00:00:00Z"\n')
-    conn.execute("INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
-                 "SELECT 's', '2026-01-01'::timestamptz + make_interval(secs => g), 'noop', 'allow', now() "
-                 "FROM generate_series(1, %s) g", (n,))
+    apply_text(
+        conn,
+        '[[schedule]]\nname = "s"\nevery = "1s"\njob = "noop"\noverlap = "allow"\n'
+        'start_at = "2099-01-01T00:00:00Z"\n',
+    )
+    conn.execute(
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
+        "SELECT 's', '2026-01-01'::timestamptz + make_interval(secs => g), 'noop', 'allow', now() "
+        "FROM generate_series(1, %s) g",
+        (n,),
+    )
     with processes() as procs:
-        w = worker(procs, db_url, tmp_path, "w", "--heartbeat", "0.02", "--concurrency", "100",
-                   "--claim-batch", "100", "--until-idle")
+        w = worker(
+            procs,
+            db_url,
+            tmp_path,
+            "w",
+            "--heartbeat",
+            "0.02",
+            "--concurrency",
+            "100",
+            "--claim-batch",
+            "100",
+            "--until-idle",
+        )
         assert w.wait(120) == 0, w.output()[-2000:]
         stopped = [line for line in w.output().splitlines() if '"event":"worker_stopped"' in line]
     assert len(stopped) == 1 and '"fenced":0' in stopped[0], stopped
@@ -171,7 +211,9 @@ def test_heartbeats_racing_the_finishes_lose_no_result(
     assert len(done) == n and len({e[1] for e in done}) == n
 
 
-def test_sigterm_hands_the_run_back_at_once(db_url: str, conn: psycopg.Connection[Any], tmp_path: Path) -> None:
+def test_sigterm_hands_the_run_back_at_once(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
     one_run(conn, "sleep", "{ seconds = 60 }")
     with processes() as procs:
         a = worker(procs, db_url, tmp_path, "a", "--lease", "30", "--heartbeat", "5", "--grace", "1")
@@ -224,19 +266,34 @@ permanent_exit_codes = [3]
 def test_overlap_policies_with_a_slow_job(
     db_url: str, conn: psycopg.Connection[Any], tmp_path: Path, overlap: str
 ) -> None:
-    apply_text(conn, f'[[schedule]]\nname = "s"\nevery = "1d"\njob = "sleep"\nargs = {{ seconds = 1.2 }}\n'
-               f'overlap = "{overlap}"\nstart_at = "2099-01-01T00:00:00Z"\n')
+    apply_text(
+        conn,
+        f'[[schedule]]\nname = "s"\nevery = "1d"\njob = "sleep"\nargs = {{ seconds = 1.2 }}\n'
+        f'overlap = "{overlap}"\nstart_at = "2099-01-01T00:00:00Z"\n',
+    )
     # Three slots a little apart, all due within the first run's duration.
-    conn.execute("INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
-                 "SELECT 's', '2026-01-01'::timestamptz + make_interval(secs => g), job, args, overlap, "
-                 "now() + make_interval(secs => g * 0.3) FROM fleet.schedules, generate_series(0, 2) g")
+    conn.execute(
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
+        "SELECT 's', '2026-01-01'::timestamptz + make_interval(secs => g), job, args, overlap, "
+        "now() + make_interval(secs => g * 0.3) FROM fleet.schedules, generate_series(0, 2) g"
+    )
     with processes() as procs:
         for wid in ("a", "b"):
             worker(procs, db_url, tmp_path, wid, "--concurrency", "2")
-        wait_for(lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status IN ('pending', 'running')") == 0,
-                 timeout=20, what="all slots settled")
-    rows = conn.execute("SELECT status::text, last_error FROM fleet.job_runs ORDER BY scheduled_for").fetchall()
-    spans = conn.execute("SELECT started_at, finished_at FROM fleet.job_attempts ORDER BY started_at").fetchall()
+        wait_for(
+            lambda: (
+                scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status IN ('pending', 'running')")
+                == 0
+            ),
+            timeout=20,
+            what="all slots settled",
+        )
+    rows = conn.execute(
+        "SELECT status::text, last_error FROM fleet.job_runs ORDER BY scheduled_for"
+    ).fetchall()
+    spans = conn.execute(
+        "SELECT started_at, finished_at FROM fleet.job_attempts ORDER BY started_at"
+    ).fetchall()
     overlapping = any(b["started_at"] < a["finished_at"] for a, b in zip(spans, spans[1:], strict=False))
     statuses = [r["status"] for r in rows]
     if overlap == "skip":

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from fleet.catchup import plan_slots
 from fleet.schedule import Timing
 
-UTC = timezone.utc
+UTC = UTC
 T = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 Q = Timing(every=timedelta(minutes=15))
 
@@ -28,7 +28,7 @@ def test_outage_example_from_the_design() -> None:
 
 def test_a_slot_within_grace_is_on_time_for_every_policy() -> None:
     for policy in ("skip", "latest", "all"):
-        plan = plan_slots(Q, policy, at(15), at(15, 30), grace=None, max_lateness=None, limit=10)  # type: ignore[arg-type]
+        plan = plan_slots(Q, policy, at(15), at(15, 30), grace=None, max_lateness=None, limit=10)
         assert plan.run == [at(15)] and plan.missed == 0
         assert plan.next_run_at == at(30)
 
@@ -36,10 +36,15 @@ def test_a_slot_within_grace_is_on_time_for_every_policy() -> None:
 def test_default_grace_is_half_the_interval_when_short() -> None:
     every10s = Timing(every=timedelta(seconds=10))
     start = T
-    assert plan_slots(every10s, "skip", start, start + timedelta(seconds=4), grace=None, max_lateness=None,
-                      limit=10).run == [start]
-    assert plan_slots(every10s, "skip", start, start + timedelta(seconds=6), grace=None, max_lateness=None,
-                      limit=10).run == []
+    assert plan_slots(
+        every10s, "skip", start, start + timedelta(seconds=4), grace=None, max_lateness=None, limit=10
+    ).run == [start]
+    assert (
+        plan_slots(
+            every10s, "skip", start, start + timedelta(seconds=6), grace=None, max_lateness=None, limit=10
+        ).run
+        == []
+    )
 
 
 def test_latest_prefers_an_on_time_slot_over_missed_ones() -> None:

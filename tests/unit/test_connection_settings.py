@@ -12,8 +12,8 @@ from fleet.ticker.cli import main as ticker
 from fleet.worker.cli import main as worker
 
 BAD = [
-    ("host=x port", 'missing … after …'),
-    ("host=x s3cret", 'missing … after …'),
+    ("host=x port", "missing … after …"),
+    ("host=x s3cret", "missing … after …"),
     ("postgresql://u:s3cret@[::1/db", "matching …"),
     ("postgresql://u:s3cret@localhost/db?bogus=1", 'invalid URI query parameter: "bogus"'),
     ("host=x nosuchoption=1", 'invalid connection option "nosuchoption"'),

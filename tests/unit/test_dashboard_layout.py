@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from fleet.ops.cli import UsageError, main
+from fleet.errors import UsageError
+from fleet.ops.cli import main
 from fleet.ops.dashboard.config import settings_from, trace_link
 from fleet.ops.dashboard.timeline import LABEL_W, WIDTH, layout
 

@@ -53,7 +53,12 @@ def test_draws_depend_only_on_seed_key_and_attempt() -> None:
     assert 0.25 < sum(durations) / len(durations) < 0.35
     perm = sum(is_permanent(a, k) for k in keys) / len(keys)
     assert 0.08 < perm < 0.12
-    assert all(is_permanent(a, k) == is_permanent(a, k) for k in keys[:50])  # the same for every attempt
+    # decided by seed and slot alone (no attempt enters it): a fresh copy of the arguments, as another
+    # worker process would read them, gives the same answers, and another seed other ones
+    fresh = WorkArgs(seed=7, transient=0.2, permanent=0.1, duration="exp:0.3", duration_max=2.0)
+    permanent = [is_permanent(a, k) for k in keys]
+    assert [is_permanent(fresh, k) for k in keys] == permanent
+    assert [is_permanent(replace(a, seed=8), k) for k in keys] != permanent
     trans = sum(is_transient(a, k, 1) for k in keys) / len(keys)
     assert 0.17 < trans < 0.23
     assert draw_duration(replace(a, duration="fixed:0.5"), "k", 3) == 0.5

@@ -24,3 +24,23 @@ def test_compact_drops_comment_lines_and_indentation_only() -> None:
         "one": "SELECT 1",
         "two": "SELECT 2",
     }
+
+
+def test_statements_notify_only_the_channels_defined_in_keys_and_take_lock_keys_as_parameters() -> None:
+    import re
+
+    from fleet import keys
+
+    channels = {keys.RUNS_CHANNEL, keys.SCHEDULES_CHANNEL}
+    for name, sql in STATEMENTS.items():
+        for channel in re.findall(r"pg_notify\('([^']*)'", sql):
+            assert channel in channels, (name, channel)
+        for key in re.findall(r"pg_(?:try_)?advisory_(?:xact_)?lock\(([^)]*)\)", sql):
+            assert key.startswith("%("), (name, key)  # a constant of fleet.keys, passed in
+
+
+def test_statement_names_are_noun_verb() -> None:
+    import re
+
+    bad = [name for name in STATEMENTS if not re.fullmatch(r"[a-z]+_[a-z]+(_[a-z]+)*", name)]
+    assert not bad

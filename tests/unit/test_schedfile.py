@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -27,9 +27,15 @@ retry = { max_attempts = 6, base = "30s", cap = "15m" }
 
 def test_the_design_example_parses() -> None:
     (s,) = load(FULL)
-    assert s.name == "nightly-report" and s.timing.cron == "0 2 * * *" and s.timing.timezone == "Europe/Berlin"
-    assert s.args == {"format": "pdf"} and s.max_lateness == timedelta(hours=1) and s.timeout == timedelta(minutes=10)
-    assert s.start_at == datetime(2026, 11, 1, tzinfo=timezone.utc)
+    assert (
+        s.name == "nightly-report" and s.timing.cron == "0 2 * * *" and s.timing.timezone == "Europe/Berlin"
+    )
+    assert (
+        s.args == {"format": "pdf"}
+        and s.max_lateness == timedelta(hours=1)
+        and s.timeout == timedelta(minutes=10)
+    )
+    assert s.start_at == datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def test_defaults() -> None:
@@ -39,8 +45,10 @@ def test_defaults() -> None:
 
 
 def test_start_at_without_offset_is_read_in_the_schedule_zone() -> None:
-    (s,) = load('[[schedule]]\nname = "a"\ncron = "0 2 * * *"\ntimezone = "Europe/Berlin"\njob = "j"\n'
-                'start_at = "2026-07-01T00:00:00"\n')
+    (s,) = load(
+        '[[schedule]]\nname = "a"\ncron = "0 2 * * *"\ntimezone = "Europe/Berlin"\njob = "j"\n'
+        'start_at = "2026-07-01T00:00:00"\n'
+    )
     assert s.start_at is not None and s.start_at.utcoffset() == timedelta(hours=2)
 
 
@@ -74,7 +82,9 @@ def test_problems_name_the_field(entry: str, field: str) -> None:
 
 def test_a_repeated_name_is_reported_even_when_the_repeat_has_other_problems() -> None:
     with pytest.raises(ScheduleFileError) as e:
-        load('[[schedule]]\nname = "d"\nevery = "1m"\njob = "j"\n'
-             '[[schedule]]\nname = "d"\ncron = "61 * * * *"\njob = "j"\n')
+        load(
+            '[[schedule]]\nname = "d"\nevery = "1m"\njob = "j"\n'
+            '[[schedule]]\nname = "d"\ncron = "61 * * * *"\njob = "j"\n'
+        )
     assert "schedule 'd': name: declared twice, at [[schedule]] #1 and #2" in e.value.problems
     assert any(": cron:" in p for p in e.value.problems), e.value.problems

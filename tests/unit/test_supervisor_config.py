@@ -22,8 +22,14 @@ HOST = platform.node()
 
 def options(tmp: Path, **kw: Any) -> SupervisorOptions:
     base: dict[str, Any] = dict(
-        bin_dir="/opt/fleet/venv/bin", directory=str(tmp), workers=2, max_workers=5, apps=("myapp.jobs",),
-        env_file="/etc/fleet/fleet.env", socket=str(tmp / "s.sock"), pidfile=str(tmp / "sd.pid"),
+        bin_dir="/opt/fleet/venv/bin",
+        directory=str(tmp),
+        workers=2,
+        max_workers=5,
+        apps=("myapp.jobs",),
+        env_file="/etc/fleet/fleet.env",
+        socket=str(tmp / "s.sock"),
+        pidfile=str(tmp / "sd.pid"),
     )
     base.update(kw)
     return SupervisorOptions(**base)
@@ -52,9 +58,17 @@ def test_supervisord_accepts_it_ticker_and_worker_slots(tmp_path: Path) -> None:
     assert [procs[worker_name(i)][1].autostart for i in range(5)] == [True, True, False, False, False]
     w = procs["worker_03"][1]
     assert shlex.split(w.command) == [
-        "/opt/fleet/venv/bin/fleetctl", "exec-env", "/etc/fleet/fleet.env", "--",
-        "/opt/fleet/venv/bin/fleet-worker", "--app", "myapp.jobs", "--grace", "30",
-        "--id", f"{HOST}:worker_03",
+        "/opt/fleet/venv/bin/fleetctl",
+        "exec-env",
+        "/etc/fleet/fleet.env",
+        "--",
+        "/opt/fleet/venv/bin/fleet-worker",
+        "--app",
+        "myapp.jobs",
+        "--grace",
+        "30",
+        "--id",
+        f"{HOST}:worker_03",
     ]
     assert shlex.split(procs["ticker_00"][1].command)[-2:] == ["--id", f"{HOST}:ticker_00"]
     for _group, p in procs.values():
@@ -141,7 +155,7 @@ def test_programs_only_can_be_included_into_an_existing_supervisord(tmp_path: Pa
     text = render(options(tmp_path, programs_only=True))
     assert "[supervisord]" not in text and "[unix_http_server]" not in text
     (tmp_path / "fleet.conf").write_text(text)
-    main = (f"[supervisord]\nnodaemon=true\npidfile={tmp_path}/x.pid\n[include]\nfiles = fleet.conf\n")
+    main = f"[supervisord]\nnodaemon=true\npidfile={tmp_path}/x.pid\n[include]\nfiles = fleet.conf\n"
     assert "worker_04" in processes(parse(tmp_path, main))
 
 
@@ -207,6 +221,9 @@ def test_env_file_errors_name_the_line(line: str) -> None:
 
 
 def test_env_file_round_trip() -> None:
-    env = {"A": "plain", "B": " padded ", "C": "it's \"both\" \\", "D": "'quoted'", "E": ""}
+    env = {"A": "plain", "B": " padded ", "C": 'it\'s "both" \\', "D": "'quoted'", "E": ""}
     assert parse_env(render_env(env)) == env
-    assert render_env({"FLEET_DATABASE_URL": "postgresql://u:p@h/db"}) == "FLEET_DATABASE_URL=postgresql://u:p@h/db\n"
+    assert (
+        render_env({"FLEET_DATABASE_URL": "postgresql://u:p@h/db"})
+        == "FLEET_DATABASE_URL=postgresql://u:p@h/db\n"
+    )

@@ -79,7 +79,9 @@ def test_tracing_is_off_by_the_standard_switches() -> None:
     assert telemetry.tracing_config({"OTEL_TRACES_EXPORTER": " None "}) is None
     assert telemetry.tracing_config({"OTEL_SDK_DISABLED": "true"}) is None
     assert telemetry.tracing_config({"OTEL_SDK_DISABLED": "TRUE", "OTEL_TRACES_EXPORTER": "otlp"}) is None
-    assert telemetry.tracing_config({"OTEL_SDK_DISABLED": "false", "OTEL_TRACES_EXPORTER": "otlp"}) is not None
+    assert (
+        telemetry.tracing_config({"OTEL_SDK_DISABLED": "false", "OTEL_TRACES_EXPORTER": "otlp"}) is not None
+    )
 
 
 def test_tracing_is_off_when_no_collector_is_configured() -> None:
@@ -129,13 +131,19 @@ def test_endpoints_timeouts_and_service_name_follow_the_spec() -> None:
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
-        ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        (
+            {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ),
         (
             {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"},
             "OTEL_EXPORTER_OTLP_PROTOCOL",
         ),
         ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER"),
-        ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TIMEOUT": "soon"}, "OTEL_EXPORTER_OTLP_TIMEOUT"),
+        (
+            {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TIMEOUT": "soon"},
+            "OTEL_EXPORTER_OTLP_TIMEOUT",
+        ),
     ],
 )
 def test_unusable_values_are_named(environ: dict[str, str], message: str) -> None:

@@ -22,8 +22,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from fleet import logs
-from fleet.errors import DatabaseUnavailable, RequestError, UnknownRun, UnknownSchedule
-from fleet.ops.cli import UsageError
+from fleet.errors import DatabaseUnavailable, RequestError, UnknownRun, UnknownSchedule, UsageError
 from fleet.ops.inspect import human
 from fleet.ops.targets import iso, parse_instant
 from fleet.queries import q
@@ -211,7 +210,7 @@ class Dashboard:
 
     def _read(self, fn: Callable[[psycopg.Connection[Any]], dict[str, Any]]) -> dict[str, Any]:
         with self.pool.connection(timeout=POOL_WAIT_S) as conn:
-            conn.execute(q("dashboard_session"), {"ms": STATEMENT_TIMEOUT_MS})
+            conn.execute(q("session_configure"), {"ms": STATEMENT_TIMEOUT_MS})
             return fn(conn)
 
     def _error(self, status: int, message: str) -> Response:

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from fleet.db import connect, make_pool, resolve_url
-from fleet.ops.cli import UsageError, require_schema
+from fleet.errors import UsageError
+from fleet.ops.connection import require_schema
 from fleet.signals import on_stop_signal
 
 from .config import (

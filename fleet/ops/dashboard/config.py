@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from fleet.ops.cli import UsageError
+from fleet.errors import UsageError
 from fleet.telemetry import DEFAULT_JAEGER_URL
 
 DEFAULT_LISTEN: Final = "127.0.0.1:8787"

@@ -13,8 +13,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from fleet import health
+from fleet.errors import UsageError
 from fleet.inspect import run_history
-from fleet.ops.cli import UsageError
 from fleet.ops.inspect import live_processes, schedule_health
 from fleet.ops.targets import iso, parse_instant, schedule_row
 from fleet.queries import q

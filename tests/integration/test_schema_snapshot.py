@@ -1,0 +1,17 @@
+"""Migrating an empty database yields exactly the committed schema snapshot (`schema.sql`); a change
+to the migrations changes the snapshot in the same commit (`python -m tests.schema_snapshot`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from tests.schema_snapshot import snapshot
+from tests.support import ROOT
+
+
+def test_migrations_yield_the_committed_schema(conn: psycopg.Connection[Any]) -> None:
+    expected = (ROOT / "schema.sql").read_text(encoding="utf-8")
+    got = snapshot(conn)  # the test database is a copy of the template migrated from empty
+    assert got == expected, "schema.sql is out of date: python -m tests.schema_snapshot > schema.sql"
