@@ -103,7 +103,7 @@ def _positive(value: float, flag: str) -> float:
         raise ConfigError(f"{flag}: must be positive, got {value}")
     high = _HIGHEST.get(flag)
     if high is not None and value > high:
-        raise ConfigError(f"{flag}: at most {high:,}, got {value}")
+        raise ConfigError(f"{flag}: must be at most {high}, got {value}")
     return value
 
 

@@ -4,7 +4,8 @@ on one server, print one table and optionally write it as JSON.
 Sections (--only): limit (pgbench), drain (a backlog of no-op runs, peak RSS, round trips),
 lag (slot to handler start), ticker (materialisation rate, CPU), history (drain over 5 million
 finished rows), reclaim (SIGKILL to retake), async (one worker running 1,000 async handlers that each
-sleep 1 s: first claim to last finish), peers (procrastinate and pgqueuer in drain and lag).
+sleep 1 s: first claim to last finish), metrics (a scrape and its computation at 20,000 schedules),
+peers (procrastinate and pgqueuer in drain and lag).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ MODULES = {
     "history": "loadtest.bench.history",
     "reclaim": "loadtest.bench.reclaim",
     "async": "loadtest.bench.async_handlers",
+    "metrics": "loadtest.bench.metrics_scrape",
 }
 
 

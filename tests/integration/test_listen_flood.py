@@ -28,7 +28,7 @@ class CountingEvent(threading.Event):
 def listening(conn: psycopg.Connection[Any]) -> bool:
     row = conn.execute(
         "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'flood-test listen'"
-        " AND query = 'LISTEN fleet_runs'"
+        " AND query LIKE 'LISTEN %'"
     ).fetchone()
     return bool(row and row["n"])
 
