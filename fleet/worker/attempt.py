@@ -108,7 +108,9 @@ class Attempt:
     lease_deadline_mono: float = math.inf  # set from the claim: trusted until then, locally
     verdict: tuple[str, str | None] = ("", None)  # set by the handler thread when it returns
     returned: bool = False  # the handler has returned (its verdict is set)
-    span: Any = None  # the attempt's open trace span (fleet.telemetry), made by the first thread needing it
+    span: Any = (
+        None  # the attempt's open trace span (fleet.worker.spans), made by the first thread needing it
+    )
     log_fields: logs.Fields | None = None  # the fields every log line of this attempt carries
 
     @classmethod

@@ -10,6 +10,7 @@ from typing import Any
 
 from fleet import logs, telemetry
 from fleet.jobs import Handler
+from fleet.worker import spans
 from fleet.worker.attempt import Attempt, error_text, execute_async
 
 Verdict = tuple[str, str | None]
@@ -91,7 +92,7 @@ class EventLoop(threading.Thread):
                 a.cancel.on_set(lambda: self._cancel(task))
                 ctx = a.context(self.worker_id)
                 if tracing:
-                    with telemetry.attempt_span(a, ctx):
+                    with spans.attempt_span(a, ctx):
                         verdict = await execute_async(self.handlers[a.job], ctx)
                 else:
                     verdict = await execute_async(self.handlers[a.job], ctx)

@@ -21,6 +21,7 @@ from fleet.migrate import check_schema
 from fleet.queries import q
 from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings
+from fleet.worker import spans
 from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, error_text, execute
 from fleet.worker.claim import Skipped, claim_result, send_claim
 from fleet.worker.eventloop import EventLoop
@@ -141,7 +142,7 @@ class Worker:
             try:
                 ctx = a.context(self.settings.worker_id)
                 if tracing:
-                    with telemetry.attempt_span(a, ctx):
+                    with spans.attempt_span(a, ctx):
                         verdict, error = execute(self.handlers[a.job], ctx)
                 else:
                     verdict, error = execute(self.handlers[a.job], ctx)
@@ -262,7 +263,7 @@ class Worker:
         run: list[Attempt] = []
         for a in attempts:
             if a.reclaimed:
-                telemetry.record_lost_attempt(a, self._before_lost(conn, a))
+                spans.record_lost_attempt(a, self._before_lost(conn, a))
                 self._log("reclaimed", a, previous_worker=a.prev_worker)
             if a.reclaimed and a.failures >= a.max_attempts:
                 # The lease ran out on the last allowed try (the handler crashed or stalled its worker):
@@ -464,7 +465,7 @@ class Worker:
                 )
                 continue
             if tracing:
-                telemetry.attempt_recorded(a, o.outcome, o.error)
+                spans.attempt_recorded(a, o.outcome, o.error)
             if o.status == "done":
                 self.counts["done"] += 1
                 if o.outcome == "done" and o.error is None:

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 from opentelemetry.trace import SpanKind, StatusCode
 
 from fleet import telemetry
+from fleet.worker import spans as attempt_spans
 from fleet.worker.attempt import Attempt, execute
 
 SLOT = datetime(2026, 11, 2, 1, 0, tzinfo=UTC)
@@ -155,12 +156,12 @@ def test_configure_with_tracing_off_leaves_every_hook_a_no_op(monkeypatch: pytes
     monkeypatch.setattr(telemetry, "_state", None)  # whatever ran before in this process
     assert telemetry.configure("fleet-worker", "w", {"OTEL_TRACES_EXPORTER": "none"}) is False
     a = attempt(prev_trace_id=os.urandom(16).hex(), prev_span_id=os.urandom(8).hex(), prev_status="running")
-    scope = telemetry.attempt_span(a, None)
-    assert scope is telemetry.attempt_span(attempt(), None)  # one shared, empty context manager
+    scope = attempt_spans.attempt_span(a, None)
+    assert scope is attempt_spans.attempt_span(attempt(), None)  # one shared, empty context manager
     with scope:
         assert telemetry.current_traceparent() is None
-    telemetry.record_lost_attempt(a)
-    telemetry.attempt_recorded(a, "done", None)
+    attempt_spans.record_lost_attempt(a)
+    attempt_spans.attempt_recorded(a, "done", None)
     assert a.span is None
     with telemetry.tick_span() as span:
         assert span.ids is None
@@ -169,9 +170,9 @@ def test_configure_with_tracing_off_leaves_every_hook_a_no_op(monkeypatch: pytes
     n = 100_000
     started = time.perf_counter()
     for _ in range(n):
-        with telemetry.attempt_span(a, None):
+        with attempt_spans.attempt_span(a, None):
             pass
-        telemetry.attempt_recorded(a, "done", None)
+        attempt_spans.attempt_recorded(a, "done", None)
     per_attempt_us = (time.perf_counter() - started) / n * 1e6
     assert per_attempt_us < 5, per_attempt_us  # about 0.5 us; lenient for a noisy machine
 
@@ -219,10 +220,10 @@ def test_an_attempt_span_has_the_claimed_ids_the_attributes_and_no_parent(
         prev_status="pending",
         prev_outcome="failed",
     )
-    with telemetry.attempt_span(a, None):
+    with attempt_spans.attempt_span(a, None):
         assert telemetry.current_traceparent() == f"00-{a.trace_id}-{a.span_id}-01"
     assert spans.get_finished_spans() == ()  # ended when its outcome is written, not when the handler returns
-    telemetry.attempt_recorded(a, "done", None)
+    attempt_spans.attempt_recorded(a, "done", None)
     s = only(spans)
     assert ids(s) == (a.trace_id, a.span_id)
     assert s.parent is None and s.kind is SpanKind.CONSUMER and s.name == "process nightly-report"
@@ -270,7 +271,7 @@ def test_the_link_to_the_previous_attempt_says_why(
     a = attempt(
         2, prev_trace_id="12" * 16, prev_span_id="34" * 8, prev_status=prev_status, prev_outcome=prev_outcome
     )
-    telemetry.attempt_recorded(a, "done", None)
+    attempt_spans.attempt_recorded(a, "done", None)
     (link,) = only(spans).links
     assert dict(link.attributes or {}) == {"fleet.link.reason": reason}
 
@@ -280,10 +281,10 @@ def test_a_failed_attempt_records_the_exception_and_is_an_error(spans: InMemoryS
         raise KeyError("no such report")
 
     a = attempt()
-    with telemetry.attempt_span(a, None):
+    with attempt_spans.attempt_span(a, None):
         verdict, error = execute(handler, a.context("worker-7"))
     assert verdict == "failed" and error
-    telemetry.attempt_recorded(a, "failed", error)
+    attempt_spans.attempt_recorded(a, "failed", error)
     s = only(spans)
     assert s.status.status_code is StatusCode.ERROR and "no such report" in (s.status.description or "")
     assert s.attributes is not None
@@ -302,22 +303,22 @@ def test_a_huge_exception_and_huge_attributes_are_clipped(spans: InMemorySpanExp
         raise ValueError("z" * 1_000_000)
 
     a = attempt()
-    with telemetry.attempt_span(a, None):
+    with attempt_spans.attempt_span(a, None):
         verdict, error = execute(handler, a.context("worker-7"))
-    telemetry.attempt_recorded(a, "failed", error)
+    attempt_spans.attempt_recorded(a, "failed", error)
     s = only(spans)
-    assert s.attributes is not None and len(str(s.attributes["app.blob"])) <= telemetry.MAX_VALUE_CHARS
+    assert s.attributes is not None and len(str(s.attributes["app.blob"])) <= attempt_spans.MAX_VALUE_CHARS
     for event in s.events:
-        assert len(event.name) <= telemetry.MAX_NAME_CHARS
+        assert len(event.name) <= attempt_spans.MAX_NAME_CHARS
         for value in (event.attributes or {}).values():
-            assert len(str(value)) <= telemetry.MAX_VALUE_CHARS
+            assert len(str(value)) <= attempt_spans.MAX_VALUE_CHARS
     (exc,) = [e for e in s.events if e.name == "exception"]
     assert "characters left out" in str(exc.attributes["exception.message"])  # type: ignore[index]
 
 
 def test_handler_spans_are_children_of_the_attempt_and_may_annotate_it(spans: InMemorySpanExporter) -> None:
     a = attempt()
-    with telemetry.attempt_span(a, None):
+    with attempt_spans.attempt_span(a, None):
         current = trace.get_current_span()
         current.set_attribute("app.rows", 42)
         current.set_attribute("fleet.outcome", "overridden?")  # fleet's own attributes win
@@ -328,7 +329,7 @@ def test_handler_spans_are_children_of_the_attempt_and_may_annotate_it(spans: In
                 telemetry.current_traceparent()
                 == f"00-{a.trace_id}-{child.get_span_context().span_id:016x}-01"
             )
-    telemetry.attempt_recorded(a, "done", None)
+    attempt_spans.attempt_recorded(a, "done", None)
     child_span, root = only(spans, "query"), only(spans, "process nightly-report")
     assert ids(child_span)[0] == a.trace_id
     assert child_span.parent is not None and f"{child_span.parent.span_id:016x}" == a.span_id
@@ -339,9 +340,9 @@ def test_handler_spans_are_children_of_the_attempt_and_may_annotate_it(spans: In
 
 def test_an_attempt_is_emitted_once_even_if_its_handler_never_ran(spans: InMemorySpanExporter) -> None:
     a = attempt(7)
-    telemetry.attempt_recorded(a, "dead", "lease lost on attempt 6, the last of 6")
-    telemetry.attempt_recorded(a, "dead", "again")
-    with telemetry.attempt_span(a, None):  # a handler thread picking it up late changes nothing
+    attempt_spans.attempt_recorded(a, "dead", "lease lost on attempt 6, the last of 6")
+    attempt_spans.attempt_recorded(a, "dead", "again")
+    with attempt_spans.attempt_span(a, None):  # a handler thread picking it up late changes nothing
         trace.get_current_span().set_attribute("late", True)
     s = only(spans)
     assert s.attributes is not None and "late" not in s.attributes
@@ -362,7 +363,7 @@ def test_the_reclaimer_emits_the_lost_attempt_from_the_stored_ids(spans: InMemor
         created_trace_id="ab" * 16,
         created_span_id="cd" * 8,
     )
-    telemetry.record_lost_attempt(a)
+    attempt_spans.record_lost_attempt(a)
     s = only(spans)
     assert ids(s) == ("ef" * 16, "01" * 8) and s.parent is None and s.kind is SpanKind.CONSUMER
     assert s.start_time == 1793581203250000000 and s.end_time == 1793581264500001000
@@ -394,7 +395,7 @@ def test_a_lost_attempt_links_to_the_attempt_before_it(
         prev_span_id="01" * 8,
         started_at=datetime(2026, 11, 2, 1, 1, 4, tzinfo=UTC),
     )
-    telemetry.record_lost_attempt(a, ("12" * 16, "34" * 8))
+    attempt_spans.record_lost_attempt(a, ("12" * 16, "34" * 8))
     s = only(spans)
     assert ids(s) == ("ef" * 16, "01" * 8) and s.attributes and s.attributes["fleet.attempt"] == 2
     (link,) = s.links  # no created_by link: this run has no creator's ids
