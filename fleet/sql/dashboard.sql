@@ -52,17 +52,3 @@ FROM fleet.job_runs r
 WHERE r.status = 'running' AND r.locked_by = ANY(%(ids)s::text[])
 ORDER BY r.locked_by, r.started_at
 LIMIT %(limit)s
-
--- name: run_trigger_args
--- run_trigger with the operator's args in place of the schedule's (NULL: the schedule's own).
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-ins AS (
-    INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, origin, run_after)
-    SELECT s.name, date_trunc('second', t.now), s.job, coalesce(%(args)s::jsonb, s.args),
-           CASE WHEN s.overlap = 'skip' THEN 'queue' ELSE s.overlap END, 'trigger', t.now
-    FROM fleet.schedules s, t
-    WHERE s.name = %(name)s
-    ON CONFLICT DO NOTHING
-    RETURNING scheduled_for
-)
-SELECT date_trunc('second', t.now) AS slot, (SELECT count(*) FROM ins) AS created FROM t

@@ -10,7 +10,6 @@ from typing import Any, Final
 
 import orjson
 import psycopg
-from psycopg.types.json import Jsonb
 
 from fleet import health
 from fleet.errors import UsageError
@@ -19,7 +18,7 @@ from fleet.ops.inspect import live_processes, schedule_health
 from fleet.ops.targets import iso, parse_instant, schedule_row
 from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
-from fleet.repair import check_note, run_discard, run_retry, schedule_pause, schedule_resume
+from fleet.repair import check_note, run_discard, run_retry, run_trigger, schedule_pause, schedule_resume
 from fleet.results import ScheduleHealth
 from fleet.telemetry import jaeger_search_url
 
@@ -164,15 +163,10 @@ def act(conn: psycopg.Connection[Any], name: str, action: str, form: dict[str, s
         verb = "retried" if action == "retry" else "discarded"
         return f"{verb} {iso(slot)}" if changed else f"{iso(slot)} was {verb} already"
     if action == "trigger":
-        args = parse_args_json(form.get("args"))
-        schedule_row(conn, name)
-        params = {"name": name, "args": None if args is None else Jsonb(args), "now": None}
-        row = conn.execute(q("run_trigger_args"), params).fetchone()
-        assert row is not None
-        if row["created"]:
-            conn.execute(q("run_notify"))
-            return f"triggered {iso(row['slot'])}"
-        return f"{iso(row['slot'])} exists already: not triggered again"
+        t = run_trigger(conn, name, parse_args_json(form.get("args")))
+        if t.created:
+            return f"triggered {iso(t.slot)}"
+        return f"{iso(t.slot)} exists already: not triggered again"
     if action == "pause":
         note = check_note(form.get("note"), "note")
         if schedule_pause(conn, name, note=note):
