@@ -38,6 +38,10 @@ _GATHER_S = 0.002
 EXIT_ABANDONED = 3
 
 
+# How long a mixed worker waits before asking again for the kind of job (sync or async) whose
+# claim came back empty while the other kind's came back full (a backlog of only the other kind).
+RECHECK_EMPTY_KIND_S = 1.0
+
 def run_round(
     conn: psycopg.Connection[Any],
     batch: list[tuple[Attempt, Outcome]],
@@ -104,6 +108,11 @@ class Worker:
         self.sync_jobs = [j for j in self.jobs if j not in self.async_jobs]
         self.async_job_list = sorted(self.async_jobs)
         self._looked_for: list[str] = self.jobs
+        # A mixed worker claims its sync and its async jobs with a statement each. A claim for jobs
+        # the backlog holds none of walks the whole backlog of the others to find that out; after
+        # such an empty claim beside a full one, that kind is asked for again only this much later.
+        self._skip_sync_until = 0.0
+        self._skip_async_until = 0.0
         self.aio: EventLoop | None = None  # made when there are async jobs
         self.n_async = 0  # async attempts in `inflight`
         # Attempts whose handler was asked to stop (timed out, lease lost) and has not returned
@@ -220,6 +229,12 @@ class Worker:
             if jobs:
                 limit = max(0, min(s.concurrency - (len(self.inflight) - self.n_async), s.claim_batch))
             async_limit = max(0, min(s.async_concurrency - self.n_async, s.claim_batch))
+            now = time.monotonic()
+            if limit and async_limit:
+                if now < self._skip_sync_until:
+                    limit = 0
+                elif now < self._skip_async_until:
+                    async_limit = 0
             # When nothing was claimed, the next wait looks at the jobs there was room for.
             self._looked_for = [*(jobs if limit else ()), *(self.async_job_list if async_limit else ())]
         result.requested = limit + async_limit
@@ -246,6 +261,10 @@ class Worker:
         if async_limit:
             n = sum(1 for a in attempts if a.job in self.async_jobs)
             result.full = n == async_limit or (bool(limit) and len(attempts) - n == limit)
+            if limit and n == 0 and len(attempts) == limit:
+                self._skip_async_until = time.monotonic() + RECHECK_EMPTY_KIND_S
+            elif limit and n == async_limit and len(attempts) == n:
+                self._skip_sync_until = time.monotonic() + RECHECK_EMPTY_KIND_S
         else:
             result.full = bool(limit) and len(attempts) == limit
         for k in skipped:

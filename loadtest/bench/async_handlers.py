@@ -41,7 +41,7 @@ def run(bench: Bench, report: Report) -> None:
             checkpoint(conn)
 
         def start() -> list[Proc]:
-            cmd = fleet_cmd("fleet-worker", "--app", "loadtest.bench.jobs", "--id", "async-0", *FLAGS)
+            cmd = fleet_cmd("fleet-worker", "--app", "loadtest.bench.async_jobs", "--id", "async-0", *FLAGS)
             return [bench.procs.start(cmd, env_for(url), bench.log("async-0"))]
 
         def load() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import fleet
 from fleet import JobContext
 from loadtest.bench import stamps
@@ -24,9 +22,3 @@ def stamp(ctx: JobContext) -> None:
 def sleep(ctx: JobContext) -> None:
     """Sleeps args.seconds, stopping early when cancelled (the reclaim test kills its worker)."""
     ctx.wait(float(ctx.args.get("seconds", 1.0)))
-
-
-@fleet.job("bench.async_sleep")
-async def async_sleep(ctx: JobContext) -> None:
-    """Awaits asyncio.sleep(args.seconds) on the worker's event loop."""
-    await asyncio.sleep(float(ctx.args.get("seconds", 1.0)))
