@@ -42,6 +42,7 @@ EXIT_ABANDONED = 3
 # claim came back empty while the other kind's came back full (a backlog of only the other kind).
 RECHECK_EMPTY_KIND_S = 1.0
 
+
 def run_round(
     conn: psycopg.Connection[Any],
     batch: list[tuple[Attempt, Outcome]],
