@@ -154,6 +154,12 @@ _FIELDS: tuple[tuple[str, str, Callable[[ScheduleSpec], Any], Callable[[Any, Any
 )
 
 
+# What a run copies from its schedule when it is created. A change to one of them (or to the timing)
+# replaces the runs created ahead of their time; the other fields are read when a run is claimed,
+# or decide only what happens to slots in the past.
+_RUN_FIELDS = frozenset({"job", "args", "overlap"})
+
+
 def diff(old: dict[str, Any], spec: ScheduleSpec) -> list[FieldChange]:
     """The fields in which the stored schedule `old` (a `schedule_definitions` row) and `spec`
     differ; `enabled` too, when a disabled schedule comes back."""
@@ -180,8 +186,11 @@ def apply_specs(
 
     A new schedule's first slot is the first at or after `start_at` (or the database's now()); a
     `start_at` in the past is downtime the catch-up policy handles. A changed timing, or a schedule
-    enabled again, re-plans from now(); slots already created stay. A schedule whose definition is
-    unchanged is neither written nor locked. Two specs of one name raise ScheduleFileError.
+    enabled again, re-plans from now(). Runs already due or running stay; runs created ahead of
+    their time are removed when the timing, job, args or overlap change (with the timing unchanged,
+    next_run_at goes back to the first of them, so they are created anew with the new definition)
+    and when the schedule is disabled. A schedule whose definition is unchanged is neither written
+    nor locked. Two specs of one name raise ScheduleFileError.
     """
     names = [s.name for s in specs]
     twice = sorted(n for n, count in Counter(names).items() if count > 1)
@@ -197,6 +206,8 @@ def apply_specs(
         existing = {r["name"]: r for r in conn.execute(q("schedule_definitions")).fetchall()}
         inserts: list[dict[str, Any]] = []
         updates: list[dict[str, Any]] = []
+        recreate: list[str] = []  # runs created ahead go, next_run_at back to the first of them
+        replace: list[str] = []  # runs created ahead go, next_run_at re-planned
         for spec in specs:
             old = existing.get(spec.name)
             if old is None:
@@ -214,6 +225,10 @@ def apply_specs(
                 continue
             nxt = first_slot_at_or_after(spec.timing, db_now + timedelta(microseconds=1)) if replan else None
             updates.append(_params(spec, nxt))
+            if replan:
+                replace.append(spec.name)
+            elif any(c.field in _RUN_FIELDS for c in changes):
+                recreate.append(spec.name)
             (result.replanned if replan else result.updated).append(spec.name)
             result.changes.append(Change(spec.name, "replan" if replan else "update", tuple(changes)))
         if prune:
@@ -229,5 +244,9 @@ def apply_specs(
                 cur.executemany(q("schedule_update"), updates)
             if result.disabled:
                 cur.execute(q("schedule_disable"), {"names": result.disabled})
+            # After the updates, which locked the rows (a ticker creates runs only under that lock).
+            for names, rewind in ((recreate + result.disabled, True), (replace, False)):
+                if names:
+                    cur.execute(q("slot_withdraw"), {"names": names, "rewind": rewind, "now": now})
         conn.execute(q("schedule_notify"))  # running tickers pick the change up at once
     return result

@@ -39,16 +39,51 @@ def plan_slots(
     max_lateness: timedelta | None,
     limit: int,
     max_catchup: int | None = None,
+    lookahead: timedelta = timedelta(0),
 ) -> Plan:
-    """Plan the slots in [next_run_at, now] (`now` is the database's).
+    """Plan the slots in [next_run_at, now + lookahead] (`now` is the database's).
 
     A slot is on time when materialised within `grace` of its time (default min(60 s, interval/2));
     older ones are missed: `skip` drops them, `latest` keeps only the newest when nothing is on time,
     `all` keeps them all, or with `max_catchup` the newest that many (about: counted in intervals
     back from the grace period), the older ones counted missed without a row. Any slot kept but older
-    than `max_lateness` is recorded as skipped. At most `limit` slots are handled; when more remain,
-    next_run_at stays due so the next tick goes on.
+    than `max_lateness` is recorded as skipped. Then, once every slot up to `now` is planned, the
+    slots in (now, now + lookahead] are kept too, to be created ahead of their time. At most `limit`
+    slots are handled; when more remain, next_run_at stays within the horizon so the next tick goes on.
     """
+    plan = _plan_due(
+        timing,
+        catchup,
+        next_run_at,
+        now,
+        grace=grace,
+        max_lateness=max_lateness,
+        limit=limit,
+        max_catchup=max_catchup,
+    )
+    nxt = plan.next_run_at
+    room = limit - len(plan.run) - len(plan.skipped)
+    # Slots ahead only after the past is done: a catch-up cut short by the limit goes first.
+    if nxt is not None and nxt > now and lookahead and room > 0:
+        ahead = slots_between(timing, nxt, now + lookahead, room)
+        if ahead:
+            plan.run.extend(ahead)
+            plan.next_run_at = next_slot(timing, ahead[-1])
+    return plan
+
+
+def _plan_due(
+    timing: Timing,
+    catchup: CatchUp,
+    next_run_at: datetime,
+    now: datetime,
+    *,
+    grace: timedelta | None,
+    max_lateness: timedelta | None,
+    limit: int,
+    max_catchup: int | None,
+) -> Plan:
+    """The catch-up policy over the slots in [next_run_at, now]."""
     if next_run_at > now:
         return Plan(next_run_at=next_run_at)
     if grace is None:

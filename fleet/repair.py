@@ -135,13 +135,18 @@ def schedule_pause(
 ) -> bool:
     """Stop creating slots for the schedule; False when it was paused already.
 
-    Runs already created still run; the slots that come due while paused are never created. The
-    note (why) replaces an earlier one; pausing anew without a note keeps it.
+    Runs already due or running still run; runs created ahead of their time and not due yet are
+    removed, and the slots that come due while paused are never created: no run of the schedule
+    starts while it is paused. The note (why) replaces an earlier one; pausing anew without a note
+    keeps it.
     """
     note = check_note(note)
     schedule_get(conn, schedule)
     with conn.transaction():
+        # The pause locks the schedule's row first (waiting for a ticker creating its slots), then
+        # the runs created ahead are removed, and next_run_at goes back to the first of them.
         paused = conn.execute(q("schedule_pause"), {"name": schedule, "now": now}).fetchone() is not None
+        conn.execute(q("slot_withdraw"), {"names": [schedule], "rewind": True, "now": now})
         if paused or note is not None:
             conn.execute(q("schedule_note"), {"name": schedule, "note": note})
     return paused

@@ -18,6 +18,9 @@ DEFAULT_GRACE_S = 30.0
 DEFAULT_CONCURRENCY = 1
 DEFAULT_TICK_BATCH = 100
 DEFAULT_CATCHUP_LIMIT = 1000
+# How far ahead of their time the ticker creates slots (pending, claimable only at their time), so
+# that a burst of slots due at one moment is already in the table when it comes.
+DEFAULT_LOOKAHEAD_S = 60.0
 DEFAULT_CLAIM_BATCH = 100
 DEFAULT_ASYNC_CONCURRENCY = 100
 DEFAULT_ABANDON_AFTER_S = 30.0
@@ -38,6 +41,7 @@ class TickerSettings:
     poll_s: float
     batch_size: int
     catchup_limit: int
+    lookahead_s: float
     until_idle: bool
     leader: bool
     ticker_id: str
@@ -186,6 +190,15 @@ def ticker_parser() -> argparse.ArgumentParser:
         help=_env_help("FLEET_CATCHUP_LIMIT", "most slots one schedule may create per tick (1000)"),
     )
     p.add_argument(
+        "--lookahead",
+        type=float,
+        metavar="SECONDS",
+        help=_env_help(
+            "FLEET_LOOKAHEAD",
+            "create slots this long before their time, pending until it comes; 0: only when due, s (60)",
+        ),
+    )
+    p.add_argument(
         "--leader",
         action="store_true",
         default=None,
@@ -219,6 +232,11 @@ def ticker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> T
                 ),
                 "--catchup-limit",
             )
+        ),
+        lookahead_s=check_duration(
+            _take(a.lookahead, environ, "FLEET_LOOKAHEAD", DEFAULT_LOOKAHEAD_S, float, "--lookahead"),
+            "--lookahead",
+            allow_zero=True,
         ),
         until_idle=a.until_idle,
         leader=_take(a.leader, environ, "FLEET_TICKER_LEADER", False, _bool, "--leader"),

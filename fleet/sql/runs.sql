@@ -12,6 +12,29 @@ JOIN fleet.schedules s ON s.name = v.name
 ON CONFLICT DO NOTHING
 RETURNING schedule_name, scheduled_for, status::text AS status
 
+-- name: slot_withdraw
+-- The named schedules' runs created ahead of their time and not due yet (origin 'schedule', pending,
+-- never attempted, slot still to come) are deleted: a paused or disabled schedule starts none, a
+-- changed one has them created anew with its new definition. With `rewind`, next_run_at goes back
+-- to the earliest slot deleted, so that it stays the first slot not created. Runs due or running are
+-- never touched. The caller locks the schedules' rows first, in the same transaction: a ticker
+-- creates runs only under that lock, so this statement sees every run a ticker committed.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+gone AS (
+    DELETE FROM fleet.job_runs r
+    USING t
+    WHERE r.schedule_name = ANY(%(names)s::text[]) AND r.status = 'pending' AND r.origin = 'schedule'
+      AND r.attempts = 0 AND r.scheduled_for > t.now
+    RETURNING r.schedule_name, r.scheduled_for
+),
+first AS (SELECT schedule_name, min(scheduled_for) AS slot, count(*) AS n FROM gone GROUP BY schedule_name),
+rewound AS (
+    UPDATE fleet.schedules s SET next_run_at = least(s.next_run_at, f.slot)
+    FROM first f
+    WHERE %(rewind)s AND s.name = f.schedule_name
+)
+SELECT schedule_name AS name, slot AS first_slot, n AS withdrawn FROM first ORDER BY schedule_name
+
 -- name: run_notify
 SELECT pg_notify('fleet_runs', '')
 
@@ -232,8 +255,15 @@ SELECT f.i,
 FROM fin f
 
 -- name: run_next_wait
--- Seconds from now() to the earliest moment a run becomes claimable (due, or lease expiring).
+-- Seconds from now() to the next moment a run becomes claimable (comes due, or its lease expires),
+-- for a worker whose claim found nothing more. Only moments still to come count: a run due now but
+-- not claimed waits for something else (a queued run for the run before it, whose finish wakes the
+-- workers), and must not hide the next run to come due, created long before its time.
+WITH t AS (SELECT coalesce(%(now)b::timestamptz, now()) AS now)
 SELECT extract(epoch FROM least(
-           (SELECT min(run_after) FROM fleet.job_runs WHERE status = 'pending' AND job = ANY(%(jobs)b::text[])),
-           (SELECT min(locked_until) FROM fleet.job_runs WHERE status = 'running' AND job = ANY(%(jobs)b::text[])))
-       - coalesce(%(now)b::timestamptz, now()))::float8 AS wait_s
+           (SELECT min(run_after) FROM fleet.job_runs, t
+            WHERE status = 'pending' AND run_after > t.now AND job = ANY(%(jobs)b::text[])),
+           (SELECT min(locked_until) FROM fleet.job_runs, t
+            WHERE status = 'running' AND locked_until > t.now AND job = ANY(%(jobs)b::text[])))
+       - t.now)::float8 AS wait_s
+FROM t

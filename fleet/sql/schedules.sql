@@ -42,10 +42,11 @@ WHERE name = ANY(%(names)s::text[]) AND enabled
 SELECT pg_notify('fleet_schedules', '')
 
 -- name: schedule_due
+-- Schedules with a slot to create: due, or within the lookahead (slots created ahead of their time).
 SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing, s.catchup,
        s.max_catchup, s.max_lateness, s.grace, s.next_run_at, t.now AS db_now
 FROM fleet.schedules s, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
-WHERE s.enabled AND s.paused_at IS NULL AND s.next_run_at <= t.now
+WHERE s.enabled AND s.paused_at IS NULL AND s.next_run_at <= t.now + %(lookahead)s::interval
 ORDER BY s.next_run_at
 LIMIT %(limit)s
 FOR UPDATE OF s SKIP LOCKED
@@ -58,7 +59,9 @@ FROM unnest(%(names)s::text[], %(next_run_ats)s::timestamptz[], %(missed)s::bigi
 WHERE s.name = v.name
 
 -- name: schedule_next_wait
--- Seconds from the database's now() to the earliest next slot, for the ticker's sleep.
-SELECT extract(epoch FROM min(next_run_at) - coalesce(%(now)s::timestamptz, now()))::float8 AS wait_s
+-- Seconds from the database's now() until the earliest next slot enters the lookahead, for the
+-- ticker's sleep.
+SELECT extract(epoch FROM min(next_run_at) - coalesce(%(now)s::timestamptz, now())
+                          - %(lookahead)s::interval)::float8 AS wait_s
 FROM fleet.schedules
 WHERE enabled AND paused_at IS NULL

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -37,6 +38,7 @@ class Ticker:
 
     def __init__(self, settings: TickerSettings, stop: threading.Event | None = None) -> None:
         self.settings = settings
+        self.lookahead = timedelta(seconds=settings.lookahead_s)
         self.stop = stop or threading.Event()
         self.url = resolve_url(settings.database_url)
         self.conn: psycopg.Connection[Any] | None = None
@@ -149,7 +151,9 @@ class Ticker:
             return True
         if result.still_due:
             return False
-        row = self.conn.execute(q("schedule_next_wait"), {"now": None}).fetchone()
+        row = self.conn.execute(
+            q("schedule_next_wait"), {"now": None, "lookahead": self.lookahead}
+        ).fetchone()
         wait = row["wait_s"] if row and row["wait_s"] is not None else s.poll_s
         if s.until_idle and wait > 0:
             return True
@@ -171,6 +175,7 @@ class Ticker:
                 self.conn,
                 batch_size=self.settings.batch_size,
                 catchup_limit=self.settings.catchup_limit,
+                lookahead=self.lookahead,
                 trace_ids=span.ids,
             )
             span.done(result.schedules, result.created, result.skipped)

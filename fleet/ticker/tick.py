@@ -1,9 +1,10 @@
-"""One tick: take due schedules in a batch, create their slots once, advance them."""
+"""One tick: take due schedules in a batch, create their slots once (up to a lookahead ahead of
+their time), advance them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -28,18 +29,24 @@ def run_once(
     *,
     batch_size: int,
     catchup_limit: int,
+    lookahead: timedelta = timedelta(0),
     now: datetime | None = None,
     trace_ids: tuple[str, str] | None = None,
 ) -> TickResult:
-    """Materialise the slots of up to `batch_size` due schedules in one transaction.
+    """Materialise the slots of up to `batch_size` schedules in one transaction: those due, and
+    those with a slot within `lookahead` of now.
 
     Due-ness and slot times come from the database: `now()` (or `now` in tests) and the stored
-    `next_run_at`. Concurrent tickers skip each other's locked schedules, and the primary key with
-    ON CONFLICT DO NOTHING makes each slot one row even if two tickers ever overlap.
+    `next_run_at`, the first slot not created yet. Past slots go through the catch-up policy; the
+    slots in (now, now + lookahead] are created pending with `run_after` = the slot, so no worker
+    claims one before its time. Concurrent tickers skip each other's locked schedules, and the
+    primary key with ON CONFLICT DO NOTHING makes each slot one row even if two tickers ever overlap.
     """
     result = TickResult()
     with conn.transaction():
-        rows = conn.execute(q("schedule_due"), {"now": now, "limit": batch_size}).fetchall()
+        rows = conn.execute(
+            q("schedule_due"), {"now": now, "lookahead": lookahead, "limit": batch_size}
+        ).fetchall()
         if not rows:
             return result
         names: list[str] = []
@@ -59,6 +66,7 @@ def run_once(
                 max_lateness=row["max_lateness"],
                 limit=catchup_limit,
                 max_catchup=row["max_catchup"],
+                lookahead=lookahead,
             )
             for slot in plan.run:
                 names.append(row["name"])
@@ -81,8 +89,8 @@ def run_once(
                     policy=row["catchup"],
                     since=row["next_run_at"],
                 )
-            if plan.next_run_at is not None and plan.next_run_at <= row["db_now"]:
-                result.still_due = True
+            if plan.next_run_at is not None and plan.next_run_at <= row["db_now"] + lookahead:
+                result.still_due = True  # the catch-up limit cut the plan short
         result.schedules = len(rows)
         result.still_due = result.still_due or len(rows) == batch_size
         result.missed = sum(adv_missed)

@@ -713,7 +713,9 @@ class Worker:
         """How long to sleep before the next round; None when an until-idle worker is done."""
         s = self.settings
         timeout = s.poll_s
-        if r.requested and not r.claimed:
+        # With room left, sleep no later than the next run comes due: a run created ahead of its
+        # time was announced long before (its NOTIFY woke us then), and nothing else wakes us at it.
+        if r.requested and not r.full:
             jobs = self.jobs if self.aio is None else self._looked_for
             row = conn.execute(q("run_next_wait"), {"jobs": jobs, "now": None}).fetchone()
             wait = row["wait_s"] if row else None

@@ -54,8 +54,12 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
     assert "job_runs_pending" in claim, claim  # due pending runs
     assert "job_runs_leases" in claim or "job_runs_open" in claim, claim  # expired leases
 
-    due = plan(big, "schedule_due", {"now": T0 + timedelta(hours=2), "limit": 100})
+    due = plan(
+        big, "schedule_due", {"now": T0 + timedelta(hours=2), "lookahead": timedelta(minutes=1), "limit": 100}
+    )
     assert "schedules_due" in due and "Seq Scan on fleet.schedules" not in due, due
+    withdraw = plan(big, "slot_withdraw", {"names": ["s1"], "rewind": True, "now": T0})
+    assert "Seq Scan on fleet.job_runs" not in withdraw, withdraw
 
     hb = plan(
         big,
