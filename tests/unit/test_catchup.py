@@ -93,3 +93,46 @@ def test_all_catches_up_at_most_max_catchup_slots_however_long_ago_they_were() -
     assert plan.run == [at(15), at(30), at(45)] and plan.missed == 0
     plan = plan_slots(Q, "all", at(15), at(52), grace=None, max_lateness=None, limit=100, max_catchup=1)
     assert plan.run == [at(45)] and plan.missed == 2
+
+
+def test_the_lookahead_adds_the_slots_ahead_once_the_past_is_planned() -> None:
+    ahead = timedelta(minutes=20)
+    # Nothing due yet: the slots within the lookahead only.
+    plan = plan_slots(Q, "skip", at(15), at(0), grace=None, max_lateness=None, limit=100, lookahead=ahead)
+    assert (plan.run, plan.missed, plan.next_run_at) == ([at(15)], 0, at(30))
+    # After an outage: the policy over the past, then the slots ahead, never counted as missed.
+    for policy, past, missed in (
+        ("skip", [], 3),
+        ("latest", [at(45)], 2),
+        ("all", [at(15), at(30), at(45)], 0),
+    ):
+        plan = plan_slots(
+            Q, policy, at(15), at(52), grace=None, max_lateness=None, limit=100, lookahead=ahead
+        )  # type: ignore[arg-type]
+        assert (plan.run, plan.missed, plan.next_run_at) == ([*past, at(60)], missed, at(75)), policy
+    # A slot ahead is never late, whatever max_lateness says.
+    plan = plan_slots(
+        Q, "all", at(15), at(52), grace=None, max_lateness=timedelta(minutes=1), limit=100, lookahead=ahead
+    )
+    assert plan.run == [at(60)] and [s for s, _ in plan.skipped] == [at(15), at(30), at(45)]
+
+
+def test_the_limit_bounds_past_and_ahead_together_and_the_past_goes_first() -> None:
+    sec = Timing(every=timedelta(seconds=1))
+    ahead = timedelta(seconds=30)
+    # A catch-up cut short by the limit creates nothing ahead: next_run_at stays in the past.
+    plan = plan_slots(
+        sec, "all", T, T + timedelta(seconds=20), grace=None, max_lateness=None, limit=10, lookahead=ahead
+    )
+    assert len(plan.run) == 10 and plan.next_run_at == T + timedelta(seconds=10)
+    # The rest of the limit goes to slots ahead; next_run_at stays within the horizon.
+    plan = plan_slots(
+        sec, "all", T, T + timedelta(seconds=5), grace=None, max_lateness=None, limit=10, lookahead=ahead
+    )
+    assert plan.run == [T + timedelta(seconds=k) for k in range(10)]
+    assert plan.next_run_at == T + timedelta(seconds=10)
+    # Zero lookahead: the plan of old.
+    plain = plan_slots(sec, "all", T, T + timedelta(seconds=5), grace=None, max_lateness=None, limit=10)
+    assert plain.run == [T + timedelta(seconds=k) for k in range(6)] and plain.next_run_at == T + timedelta(
+        seconds=6
+    )

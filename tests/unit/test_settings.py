@@ -54,3 +54,20 @@ def test_async_concurrency_and_abandon_after_have_defaults_and_env_fallbacks() -
     assert (s.async_concurrency, s.abandon_after_s) == (100, 30.0)
     s = worker_settings(APP, {"FLEET_ASYNC_CONCURRENCY": "5000", "FLEET_ABANDON_AFTER": "2.5"})
     assert (s.async_concurrency, s.abandon_after_s) == (5000, 2.5)
+
+
+def test_the_ticker_lookahead_is_a_bounded_duration_that_may_be_zero() -> None:
+    assert ticker_settings([], {}).lookahead_s == 60.0
+    assert ticker_settings(["--lookahead", "0"], {}).lookahead_s == 0.0
+    assert ticker_settings([], {"FLEET_LOOKAHEAD": "300"}).lookahead_s == 300.0
+    assert ticker_settings(["--lookahead", "5"], {"FLEET_LOOKAHEAD": "300"}).lookahead_s == 5.0
+    for bad, named in (
+        ("-1", "zero or more"),
+        ("nan", "zero or more"),
+        ("inf", "at most"),
+        ("1e9", "at most"),
+    ):
+        with pytest.raises(ConfigError, match=f"--lookahead: must be {named}"):
+            ticker_settings(["--lookahead", bad], {})
+    with pytest.raises(ConfigError, match="--lookahead: invalid value 'soon'"):
+        ticker_settings([], {"FLEET_LOOKAHEAD": "soon"})
