@@ -319,3 +319,19 @@ def test_two_tickers_racing_create_each_slot_once(db_url: str, conn: psycopg.Con
     assert scalar(conn, "SELECT count(DISTINCT scheduled_for) FROM fleet.job_runs") == 51
     assert scalar(conn, "SELECT sum(missed_slots) FROM fleet.schedules") == 0
     assert scalar(conn, "SELECT min(next_run_at) FROM fleet.schedules") == T0 + 51 * SEC
+
+
+# -- the worker's sleep --------------------------------------------------------------------------
+
+
+def test_a_worker_sleeps_until_the_next_run_comes_due_past_a_queued_run(
+    conn: psycopg.Connection[Any],
+) -> None:
+    minutely(conn, overlap='"queue"')
+    tick(conn, T0 + 10 * SEC)
+    assert claim(conn, T0 + 10 * SEC) == [T0]
+    # At T0 + 70 s the run of T0 + 1m is due but queued behind T0's: it must not hide the next run
+    # to come due (T0 + 2m), or an idle worker would sleep through it until its poll.
+    assert claim(conn, T0 + 70 * SEC) == []
+    row = conn.execute(q("run_next_wait"), {"jobs": ["noop"], "now": T0 + 70 * SEC}).fetchone()
+    assert row is not None and row["wait_s"] == 50.0
