@@ -115,9 +115,10 @@ class Client:
             return apply_specs(conn, list(specs), prune=prune)
 
     def pause(self, schedule: str, note: str | None = None) -> bool:
-        """Stop creating slots for `schedule`; False when it was paused already. Runs already
-        created still run; the slots that come due while it is paused are never created. `note`
-        (at most 500 characters) says why; `status` shows it."""
+        """Stop creating slots for `schedule`; False when it was paused already. Runs already due
+        or running still run; those created ahead of their time and not due yet are removed, and
+        the slots that come due while it is paused are never created. `note` (at most 500
+        characters) says why; `status` shows it."""
         with self._session() as conn:
             return repair.schedule_pause(conn, schedule, note=note)
 

@@ -331,7 +331,10 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
     p = sub.add_parser(
         "pause",
-        help="stop creating slots for a schedule (runs already created still run)",
+        help="stop creating slots for a schedule (runs already due or running still run)",
+        description="Pausing stops the ticker creating the schedule's slots. Runs already due or running "
+        "still run; runs created ahead of their time and not due yet are removed, so no run of the schedule "
+        "starts while it is paused.",
     )
     p.add_argument("schedule", metavar="SCHEDULE")
     p.add_argument(

@@ -30,7 +30,8 @@ def test_three_tickers_create_288_slots_for_a_day_of_5_minute_slots(
     db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     db_now = scalar(conn, "SELECT now()")
-    start = db_now - timedelta(days=1) + timedelta(minutes=1)
+    # The next slot, 3 minutes away, is beyond the tickers' lookahead (60 s): only the day's are due.
+    start = db_now - timedelta(days=1) + timedelta(minutes=2)
     # Twenty such schedules and small batches keep the three tickers busy at the same time.
     apply_text(
         conn,

@@ -131,7 +131,10 @@ def test_a_killed_attempt_is_emitted_by_the_worker_that_reclaims_it(
     )
     env = traced_env(db_url, receiver.endpoint, tmp_path)
     with processes() as procs:
-        ticker = Proc(ticker_cmd("--until-idle", "--id", "t1"), env, tmp_path / "ticker.log")
+        # No lookahead: the next hour's slot is not created, however near.
+        ticker = Proc(
+            ticker_cmd("--until-idle", "--id", "t1", "--lookahead", "0"), env, tmp_path / "ticker.log"
+        )
         procs.append(ticker)
         assert ticker.wait(timeout=30) == 0, ticker.output()
         a = worker(procs, env, tmp_path, "a")
