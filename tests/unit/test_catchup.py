@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from fleet.catchup import plan_slots
+from fleet.schedfile import CatchUp
 from fleet.schedule import Timing
 
 UTC = UTC
@@ -101,14 +102,15 @@ def test_the_lookahead_adds_the_slots_ahead_once_the_past_is_planned() -> None:
     plan = plan_slots(Q, "skip", at(15), at(0), grace=None, max_lateness=None, limit=100, lookahead=ahead)
     assert (plan.run, plan.missed, plan.next_run_at) == ([at(15)], 0, at(30))
     # After an outage: the policy over the past, then the slots ahead, never counted as missed.
-    for policy, past, missed in (
+    cases: tuple[tuple[CatchUp, list[datetime], int], ...] = (
         ("skip", [], 3),
         ("latest", [at(45)], 2),
         ("all", [at(15), at(30), at(45)], 0),
-    ):
+    )
+    for policy, past, missed in cases:
         plan = plan_slots(
             Q, policy, at(15), at(52), grace=None, max_lateness=None, limit=100, lookahead=ahead
-        )  # type: ignore[arg-type]
+        )
         assert (plan.run, plan.missed, plan.next_run_at) == ([*past, at(60)], missed, at(75)), policy
     # A slot ahead is never late, whatever max_lateness says.
     plan = plan_slots(
