@@ -88,6 +88,7 @@ SELECT count(*) AS n FROM fleet.job_runs WHERE job = %(job)s AND status IN ('pen
 
 -- name: schedules_disable
 UPDATE fleet.schedules SET enabled = false, updated_at = now() WHERE job = %(job)s AND enabled
+RETURNING name
 
 -- name: audit_meta
 SELECT settings, window_start, window_end, drained_at, drain_note FROM loadtest_meta WHERE id = 1

@@ -13,6 +13,7 @@ from types import FrameType
 from typing import Any
 
 from fleet.db import connect
+from fleet.queries import q as fleet_q
 from loadtest import report
 from loadtest.audit import AuditResult, audit
 from loadtest.database import Server, create_database, database_name, db_clock, prepare, retrying, shown
@@ -195,7 +196,11 @@ def _drain(url: str, timeout_s: float) -> str | None:
                 note = f"slots up to the window's end were not all created within {timeout_s:g} s"
                 break
             time.sleep(0.2)
-        conn.execute(q("schedules_disable"), {"job": JOB})
+        with conn.transaction():
+            names = [r["name"] for r in conn.execute(q("schedules_disable"), {"job": JOB})]
+            # As `apply --prune` does: runs created ahead of their time and not due yet go with their
+            # schedules, rather than keep the drain waiting for their time.
+            conn.execute(fleet_q("slot_withdraw"), {"names": names, "rewind": True, "now": None})
         while note is None:
             n = conn.execute(q("drain_open"), {"job": JOB}).fetchone()["n"]  # type: ignore[index]
             if not n:
