@@ -413,6 +413,9 @@ def test_scale_up_and_down_keeps_the_others_and_runs_each_slot_once(
         # One run at a time per worker: a 1.5 s run every second keeps one of the first two workers
         # busy at each new slot, so the workers added by scaling win claims often, not by luck.
         FLEET_CONCURRENCY="1",
+        # Slots only when due: when the ticker stops, the one worker left drains what is due, not
+        # a minute of runs created ahead.
+        FLEET_LOOKAHEAD="0",
         PYTHONPATH=app_path(),
         **FAST,
     )
