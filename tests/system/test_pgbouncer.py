@@ -106,7 +106,10 @@ def run_behind(
         f'start_at = "{start.isoformat()}"\n',
     )
     with processes() as procs:
-        ticker = Proc(ticker_cmd("--id", "t", "--poll", "0.5", *flags), env_for(url), tmp / "t.log")
+        # Slots only when due: once the schedules are disabled, every run created ends soon.
+        ticker = Proc(
+            ticker_cmd("--id", "t", "--poll", "0.5", "--lookahead", "0", *flags), env_for(url), tmp / "t.log"
+        )
         procs.append(ticker)
         workers = [start_worker(procs, url, tmp, f"w{i}", *FAST, *flags) for i in range(2)]
         wait_for(
