@@ -2,6 +2,16 @@
 -- tests.schema_snapshot > schema.sql). A test checks that migrating an empty database yields it.
 CREATE TYPE fleet.run_status AS ENUM ('pending', 'running', 'done', 'dead', 'skipped');
 
+CREATE TABLE fleet.chores (
+    name text NOT NULL,
+    due_at timestamp with time zone NOT NULL DEFAULT now(),
+    mark timestamp with time zone,
+    cursor text,
+    steps bigint NOT NULL DEFAULT 0,
+    stepped_at timestamp with time zone,
+    CONSTRAINT chores_pkey PRIMARY KEY (name)
+);
+
 CREATE TABLE fleet.job_attempts (
     schedule_name text NOT NULL,
     scheduled_for timestamp with time zone NOT NULL,
@@ -104,6 +114,7 @@ CREATE TABLE fleet.schedules (
     updated_at timestamp with time zone NOT NULL DEFAULT now(),
     pause_note text,
     max_catchup integer NOT NULL DEFAULT 1000,
+    retention interval,
     CONSTRAINT schedules_catchup_check CHECK ((catchup = ANY (ARRAY['skip'::text, 'latest'::text, 'all'::text]))),
     CONSTRAINT schedules_check CHECK (((every IS NULL) <> (cron IS NULL))),
     CONSTRAINT schedules_dst_missing_check CHECK ((dst_missing = ANY (ARRAY['shift'::text, 'skip'::text]))),
@@ -113,6 +124,7 @@ CREATE TABLE fleet.schedules (
     CONSTRAINT schedules_max_catchup_check CHECK (((max_catchup >= 1) AND (max_catchup <= 100000))),
     CONSTRAINT schedules_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$'::text)),
     CONSTRAINT schedules_overlap_check CHECK ((overlap = ANY (ARRAY['allow'::text, 'skip'::text, 'queue'::text]))),
+    CONSTRAINT schedules_retention_check CHECK ((retention > '00:00:00'::interval)),
     CONSTRAINT schedules_pkey PRIMARY KEY (name)
 );
 ALTER TABLE fleet.schedules SET (autovacuum_vacuum_scale_factor=0.05);

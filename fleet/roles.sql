@@ -34,6 +34,7 @@ GRANT SELECT ON ALL TABLES IN SCHEMA fleet TO fleet_ticker, fleet_worker, fleet_
 GRANT UPDATE (next_run_at, missed_slots) ON fleet.schedules TO fleet_ticker;
 GRANT INSERT ON fleet.job_runs TO fleet_ticker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_ticker;
+GRANT INSERT, UPDATE ON fleet.chores TO fleet_ticker;
 
 GRANT UPDATE (running_slot) ON fleet.schedules TO fleet_worker;
 GRANT UPDATE (status, attempts, failures, last_outcome, locked_by, locked_host, locked_pid, locked_until,
