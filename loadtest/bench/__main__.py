@@ -4,7 +4,8 @@ on one server, print one table and optionally write it as JSON.
 Sections (--only): limit (pgbench), drain (a backlog of no-op runs, peak RSS, round trips),
 lag (slot to handler start), ticker (materialisation rate, CPU), history (drain over 5 million
 finished rows), reclaim (SIGKILL to retake), async (one worker running 1,000 async handlers that each
-sleep 1 s: first claim to last finish), metrics (a scrape and its computation at 20,000 schedules),
+sleep 1 s: first claim to last finish), metrics (a scrape and its computation at 20,000 schedules), dashboard (each page at
+10,000 schedules and 5 million runs, and the database load of a live overview),
 peers (procrastinate and pgqueuer in drain and lag).
 """
 
@@ -39,6 +40,7 @@ MODULES = {
     "reclaim": "loadtest.bench.reclaim",
     "async": "loadtest.bench.async_handlers",
     "metrics": "loadtest.bench.metrics_scrape",
+    "dashboard": "loadtest.bench.dashboard_cost",
 }
 
 

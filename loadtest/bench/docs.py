@@ -24,6 +24,7 @@ SECTIONS = {
     "ticker": "Ticker: materialising slots",
     "history": "Drain over a long history of finished runs",
     "reclaim": "Reclaim after a worker is killed",
+    "dashboard": "Dashboard: each page's cost, and a live page's load on the database",
     "ratio": "Ratios between figures of this run",
 }
 SOURCE = "loadtest/bench/results"
