@@ -99,7 +99,9 @@ def test_each_role_does_its_work_and_nothing_more(
             what="three runs done by the ticker and worker roles",
         )
         wait_for(
-            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE scheduled_for < '2001-01-01'") == 1,
+            lambda: (
+                scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE scheduled_for < '2001-01-01'") == 1
+            ),
             timeout=30,
             what="the old done run removed by the ticker role's retention",
         )
