@@ -5,6 +5,7 @@ Sections (--only): limit (pgbench), drain (a backlog of no-op runs, peak RSS, ro
 lag (slot to handler start), ticker (materialisation rate, CPU), history (drain over 5 million
 finished rows), reclaim (SIGKILL to retake), async (one worker running 1,000 async handlers that each
 sleep 1 s: first claim to last finish), metrics (a scrape and its computation at 20,000 schedules),
+retention (claim latency while a ticker's retention pass deletes old finished runs, and its rate),
 peers (procrastinate and pgqueuer in drain and lag).
 """
 
@@ -39,6 +40,7 @@ MODULES = {
     "reclaim": "loadtest.bench.reclaim",
     "async": "loadtest.bench.async_handlers",
     "metrics": "loadtest.bench.metrics_scrape",
+    "retention": "loadtest.bench.retention",
 }
 
 

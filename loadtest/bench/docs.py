@@ -24,6 +24,7 @@ SECTIONS = {
     "ticker": "Ticker: materialising slots",
     "history": "Drain over a long history of finished runs",
     "reclaim": "Reclaim after a worker is killed",
+    "retention": "Built-in retention under a steady claim load",
     "ratio": "Ratios between figures of this run",
 }
 SOURCE = "loadtest/bench/results"
