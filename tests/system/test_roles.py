@@ -71,11 +71,11 @@ def test_each_role_does_its_work_and_nothing_more(
     sched.write_text(SCHEDULES)
     assert fleetctl(["--database-url", role_urls["operator"], "apply", str(sched)]) == 0
     # History for the ticker's retention: an old done run with its attempt goes, an old dead one stays.
-    for status, slot in (("done", "2000-01-01T00:00Z"), ("dead", "2000-01-02T00:00Z")):
+    for kind, slot in (("done", "2000-01-01T00:00Z"), ("dead", "2000-01-02T00:00Z")):
         conn.execute(
             "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, status, attempts, run_after,"
             " finished_at) VALUES ('gated', %s, 'noop', %s, 1, %s, %s)",
-            (slot, status, slot, slot),
+            (slot, kind, slot, slot),
         )
         conn.execute(
             "INSERT INTO fleet.job_attempts (schedule_name, scheduled_for, attempt, worker_id, started_at)"
