@@ -133,6 +133,8 @@ CREATE INDEX schedules_due ON fleet.schedules USING btree (next_run_at) WHERE (e
 CREATE OR REPLACE FUNCTION fleet.delete_attempts()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     DELETE FROM fleet.job_attempts a

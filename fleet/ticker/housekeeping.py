@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from fleet.chores import Chore
 from fleet.settings import TickerSettings
+from fleet.ticker.retention import retention_chore
 
 
 def ticker_chores(settings: TickerSettings) -> list[Chore]:
     """The housekeeping chores this ticker takes its turn at."""
-    del settings
-    return []
+    found = []
+    if settings.retention is not None:
+        found.append(
+            retention_chore(
+                settings.retention,
+                settings.retention_every_s,
+                settings.retention_batch,
+                settings.ticker_id,
+            )
+        )
+    return found

@@ -1,12 +1,18 @@
 """`python -m loadtest.bench`: measure fleet beside PostgreSQL's limit and beside the peers, in one run
 on one server, print one table and optionally write it as JSON.
 
-Sections (--only): limit (pgbench), drain (a backlog of no-op runs, peak RSS, round trips),
-lag (slot to handler start), ticker (materialisation rate, CPU), history (drain over 5 million
-finished rows), reclaim (SIGKILL to retake), async (one worker running 1,000 async handlers that each
-sleep 1 s: first claim to last finish), metrics (a scrape and its computation at 20,000 schedules), dashboard (each page at
-10,000 schedules and 5 million runs, and the database load of a live overview),
-peers (procrastinate and pgqueuer in drain and lag).
+Sections (--only), one line each:
+    limit      pgbench on fleet's own table: PostgreSQL's limit
+    drain      a backlog of no-op runs, peak RSS, round trips
+    lag        slot to handler start
+    ticker     materialisation rate, CPU
+    history    the drain over millions of finished rows
+    reclaim    SIGKILL to retake
+    async      one worker running 1,000 async handlers that each sleep 1 s
+    metrics    a scrape and its computation at 20,000 schedules
+    retention  claim latency while a retention pass deletes old finished runs, and its rate
+    dashboard  each page at 10,000 schedules and 5 million runs, the load of a live overview
+    peers      procrastinate and pgqueuer in drain and lag
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ MODULES = {
     "async": "loadtest.bench.async_handlers",
     "metrics": "loadtest.bench.metrics_scrape",
     "dashboard": "loadtest.bench.dashboard_cost",
+    "retention": "loadtest.bench.retention",
 }
 
 

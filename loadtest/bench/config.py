@@ -9,7 +9,19 @@ from pathlib import Path
 from loadtest.bench.procs import Processes
 from loadtest.bench.server import Server
 
-SECTIONS = ("limit", "drain", "lag", "ticker", "history", "reclaim", "async", "metrics", "dashboard", "peers")
+SECTIONS = (
+    "limit",
+    "drain",
+    "lag",
+    "ticker",
+    "history",
+    "reclaim",
+    "async",
+    "metrics",
+    "retention",
+    "dashboard",
+    "peers",
+)
 # Left out of --quick unless named with --only: they take minutes.
 SLOW_SECTIONS = ("history", "peers")
 
@@ -33,6 +45,7 @@ class Options:
     history_rows: int  # finished rows under the drain in the history variant
     kills: int  # SIGKILLs in the reclaim test
     lease_s: float  # lease in the reclaim test
+    retention_rows: int  # old finished runs the retention pass removes under load
 
 
 def options(
@@ -57,6 +70,7 @@ def options(
         history_rows=500_000 if quick else 5_000_000,
         kills=5 if quick else 20,
         lease_s=2.0,
+        retention_rows=300_000 if quick else 2_000_000,
     )
 
 

@@ -25,6 +25,7 @@ SECTIONS = {
     "history": "Drain over a long history of finished runs",
     "reclaim": "Reclaim after a worker is killed",
     "dashboard": "Dashboard: each page's cost, and a live page's load on the database",
+    "retention": "Built-in retention under a steady claim load",
     "ratio": "Ratios between figures of this run",
 }
 SOURCE = "loadtest/bench/results"
