@@ -21,6 +21,8 @@ DEFAULT_CATCHUP_LIMIT = 1000
 DEFAULT_CLAIM_BATCH = 100
 DEFAULT_ASYNC_CONCURRENCY = 100
 DEFAULT_ABANDON_AFTER_S = 30.0
+# How often one of the tickers rolls the finished runs up into the schedules' health stats.
+DEFAULT_HEALTH_ROLLUP_S = 2.0
 # Durations (lease, heartbeat, poll, grace) are finite and at most a week; a worker runs at most
 # this many handlers at once (one thread each).
 MAX_DURATION_S = 7 * 86400.0
@@ -43,6 +45,7 @@ class TickerSettings:
     ticker_id: str
     log_format: str
     prepared_statements: bool = True
+    health_rollup_s: float = DEFAULT_HEALTH_ROLLUP_S
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,13 @@ def ticker_parser() -> argparse.ArgumentParser:
         default=None,
         help=_env_help("FLEET_TICKER_LEADER", "tick only while holding the leader lock; others stand by"),
     )
+    p.add_argument(
+        "--health-rollup",
+        type=float,
+        help=_env_help(
+            "FLEET_HEALTH_ROLLUP", "seconds between roll-ups of finished runs into the health stats (2)"
+        ),
+    )
     p.add_argument("--id", help=_env_help("FLEET_TICKER_ID", "ticker id (host:process)"))
     return p
 
@@ -223,6 +233,17 @@ def ticker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> T
         until_idle=a.until_idle,
         leader=_take(a.leader, environ, "FLEET_TICKER_LEADER", False, _bool, "--leader"),
         ticker_id=_take(a.id, environ, "FLEET_TICKER_ID", "", str, "--id") or default_process_id("ticker"),
+        health_rollup_s=check_duration(
+            _take(
+                a.health_rollup,
+                environ,
+                "FLEET_HEALTH_ROLLUP",
+                DEFAULT_HEALTH_ROLLUP_S,
+                float,
+                "--health-rollup",
+            ),
+            "--health-rollup",
+        ),
         **_shared(a, environ),
     )
     return s
