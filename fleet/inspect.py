@@ -16,8 +16,8 @@ from fleet import health
 from fleet.errors import RequestError, UnknownRun, UnknownSchedule
 from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
-from fleet.rollup import MARGIN_S
 from fleet.results import RUN_STATUSES, Attempt, Run, RunHistory, RunStatus, ScheduleHealth, utc
+from fleet.rollup import MARGIN_S
 from fleet.schedule import TimingError, latest_slot_at_or_before, next_slot, nominal_interval, timing_of
 
 DEFAULT_RUNS_LIMIT = 20
