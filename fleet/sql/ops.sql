@@ -71,7 +71,8 @@ LEFT JOIN fleet.schedule_stats st ON st.name = s.name
 LEFT JOIN ok ON ok.schedule_name = s.name
 LEFT JOIN fl ON fl.schedule_name = s.name
 LEFT JOIN dead d ON d.schedule_name = s.name
--- the probes run only where the stats cannot be used (a one-time filter skips them elsewhere)
+-- the probes run only where the stats cannot be used: OFFSET 0 keeps each WHERE inside its subquery,
+-- where it is a one-time filter that skips the probe elsewhere
 LEFT JOIN LATERAL (
     SELECT true AS probed, (
         SELECT r.finished_at FROM fleet.job_runs r
@@ -79,6 +80,7 @@ LEFT JOIN LATERAL (
         ORDER BY r.scheduled_for DESC LIMIT 1
     ) AS finished_at
     WHERE NOT (roll.done OR coalesce(s.name <= roll.cursor, false))
+    OFFSET 0
 ) ls ON true
 LEFT JOIN LATERAL (
     SELECT true AS probed, x.scheduled_for, x.status, x.last_outcome, x.last_error
@@ -89,6 +91,7 @@ LEFT JOIN LATERAL (
         ORDER BY r.scheduled_for DESC LIMIT 1
     ) x ON true
     WHERE NOT (roll.done OR coalesce(s.name <= roll.cursor, false)) OR st.dirty > 0
+    OFFSET 0
 ) lf ON true
 CROSS JOIN LATERAL (
     SELECT fl.scheduled_for IS NOT NULL

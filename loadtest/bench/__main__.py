@@ -4,7 +4,8 @@ on one server, print one table and optionally write it as JSON.
 Sections (--only): limit (pgbench), drain (a backlog of no-op runs, peak RSS, round trips),
 lag (slot to handler start), ticker (materialisation rate, CPU), history (drain over 5 million
 finished rows), reclaim (SIGKILL to retake), async (one worker running 1,000 async handlers that each
-sleep 1 s: first claim to last finish), metrics (a scrape and its computation at 20,000 schedules),
+sleep 1 s: first claim to last finish), metrics (a scrape and its computation at 20,000 schedules), health (status --json and metrics at
+100,000 schedules over 20 million finished runs),
 peers (procrastinate and pgqueuer in drain and lag).
 """
 
@@ -39,6 +40,7 @@ MODULES = {
     "reclaim": "loadtest.bench.reclaim",
     "async": "loadtest.bench.async_handlers",
     "metrics": "loadtest.bench.metrics_scrape",
+    "health": "loadtest.bench.health_status",
 }
 
 

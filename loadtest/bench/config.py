@@ -9,7 +9,7 @@ from pathlib import Path
 from loadtest.bench.procs import Processes
 from loadtest.bench.server import Server
 
-SECTIONS = ("limit", "drain", "lag", "ticker", "history", "reclaim", "async", "metrics", "peers")
+SECTIONS = ("limit", "drain", "lag", "ticker", "history", "reclaim", "async", "metrics", "health", "peers")
 # Left out of --quick unless named with --only: they take minutes.
 SLOW_SECTIONS = ("history", "peers")
 

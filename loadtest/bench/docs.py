@@ -24,6 +24,7 @@ SECTIONS = {
     "ticker": "Ticker: materialising slots",
     "history": "Drain over a long history of finished runs",
     "reclaim": "Reclaim after a worker is killed",
+    "health": "Health at 100,000 schedules over 20 million runs",
     "ratio": "Ratios between figures of this run",
 }
 SOURCE = "loadtest/bench/results"
