@@ -86,6 +86,20 @@ CREATE TABLE fleet.processes (
     CONSTRAINT fleet_processes_pkey PRIMARY KEY (id)
 );
 
+CREATE TABLE fleet.schedule_stats (
+    name text NOT NULL,
+    last_success_slot timestamp with time zone,
+    last_success_at timestamp with time zone,
+    last_slot timestamp with time zone,
+    last_status fleet.run_status,
+    last_outcome text,
+    last_finished_at timestamp with time zone,
+    last_error text,
+    dirty integer NOT NULL DEFAULT 0,
+    CONSTRAINT schedule_stats_name_fkey FOREIGN KEY (name) REFERENCES fleet.schedules(name) ON DELETE CASCADE,
+    CONSTRAINT schedule_stats_pkey PRIMARY KEY (name)
+);
+
 CREATE TABLE fleet.schedules (
     name text NOT NULL,
     every interval,
@@ -115,6 +129,10 @@ CREATE TABLE fleet.schedules (
     pause_note text,
     max_catchup integer NOT NULL DEFAULT 1000,
     retention interval,
+    cadence_from timestamp with time zone,
+    cadence_mid timestamp with time zone,
+    cadence_until timestamp with time zone,
+    cadence_hash text,
     CONSTRAINT schedules_catchup_check CHECK ((catchup = ANY (ARRAY['skip'::text, 'latest'::text, 'all'::text]))),
     CONSTRAINT schedules_check CHECK (((every IS NULL) <> (cron IS NULL))),
     CONSTRAINT schedules_dst_missing_check CHECK ((dst_missing = ANY (ARRAY['shift'::text, 'skip'::text]))),

@@ -33,7 +33,9 @@ REVOKE CREATE ON SCHEMA fleet FROM fleet_ticker, fleet_worker, fleet_operator, f
 REVOKE ALL ON ALL TABLES IN SCHEMA fleet FROM fleet_ticker, fleet_worker, fleet_operator, fleet_reader;
 GRANT SELECT ON ALL TABLES IN SCHEMA fleet TO fleet_ticker, fleet_worker, fleet_operator, fleet_reader;
 
-GRANT UPDATE (next_run_at, missed_slots) ON fleet.schedules TO fleet_ticker;
+GRANT UPDATE (next_run_at, missed_slots, cadence_from, cadence_mid, cadence_until, cadence_hash)
+    ON fleet.schedules TO fleet_ticker;
+GRANT INSERT, UPDATE ON fleet.schedule_stats TO fleet_ticker;
 GRANT INSERT, DELETE ON fleet.job_runs TO fleet_ticker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_ticker;
 GRANT INSERT, UPDATE ON fleet.chores TO fleet_ticker;
@@ -46,6 +48,7 @@ GRANT INSERT ON fleet.job_attempts TO fleet_worker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_worker;
 
 GRANT INSERT, UPDATE, DELETE ON fleet.schedules, fleet.job_runs, fleet.job_attempts TO fleet_operator;
+GRANT UPDATE (dirty) ON fleet.schedule_stats TO fleet_operator;
 GRANT DELETE ON fleet.processes TO fleet_operator;
 
 -- Row-level rules where a column grant cannot say enough. The owner (and a superuser) bypasses them,

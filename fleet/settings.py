@@ -29,6 +29,8 @@ DEFAULT_ABANDON_AFTER_S = 30.0
 DEFAULT_RETENTION = timedelta(days=30)
 DEFAULT_RETENTION_EVERY_S = 3600.0
 DEFAULT_RETENTION_BATCH = 2000
+# How often one of the tickers rolls the finished runs up into the schedules' health stats.
+DEFAULT_HEALTH_ROLLUP_S = 2.0
 # Durations (lease, heartbeat, poll, grace) are finite and at most a week; a worker runs at most
 # this many handlers at once (one thread each).
 MAX_DURATION_S = 7 * 86400.0
@@ -54,6 +56,7 @@ class TickerSettings:
     retention: timedelta | None = DEFAULT_RETENTION  # None: built-in retention off
     retention_every_s: float = DEFAULT_RETENTION_EVERY_S
     retention_batch: int = DEFAULT_RETENTION_BATCH
+    health_rollup_s: float = DEFAULT_HEALTH_ROLLUP_S
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,13 @@ def ticker_parser() -> argparse.ArgumentParser:
         default=None,
         help=_env_help("FLEET_TICKER_LEADER", "tick only while holding the leader lock; others stand by"),
     )
+    p.add_argument(
+        "--health-rollup",
+        type=float,
+        help=_env_help(
+            "FLEET_HEALTH_ROLLUP", "seconds between roll-ups of finished runs into the health stats (2)"
+        ),
+    )
     p.add_argument("--id", help=_env_help("FLEET_TICKER_ID", "ticker id (host:process)"))
     p.add_argument(
         "--retention",
@@ -295,6 +305,17 @@ def ticker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> T
                 ),
                 "--retention-batch",
             )
+        ),
+        health_rollup_s=check_duration(
+            _take(
+                a.health_rollup,
+                environ,
+                "FLEET_HEALTH_ROLLUP",
+                DEFAULT_HEALTH_ROLLUP_S,
+                float,
+                "--health-rollup",
+            ),
+            "--health-rollup",
         ),
         **_shared(a, environ),
     )

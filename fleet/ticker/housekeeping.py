@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from fleet.chores import Chore
+from fleet.rollup import rollup_chore
 from fleet.settings import TickerSettings
 from fleet.ticker.retention import retention_chore
 
 
 def ticker_chores(settings: TickerSettings) -> list[Chore]:
-    """The housekeeping chores this ticker takes its turn at."""
-    found = []
+    """The housekeeping chores this ticker takes its turn at: the health roll-up (fleet.rollup) and,
+    unless turned off, built-in retention (fleet.ticker.retention)."""
+    found = [rollup_chore(settings.health_rollup_s)]
     if settings.retention is not None:
         found.append(
             retention_chore(

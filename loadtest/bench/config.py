@@ -19,6 +19,7 @@ SECTIONS = (
     "async",
     "metrics",
     "retention",
+    "health",
     "dashboard",
     "peers",
 )

@@ -12,7 +12,15 @@ from psycopg.conninfo import make_conninfo
 from fleet.db import connect
 from fleet.migrate import current_version, migrate, migrations
 
-EXPECTED_TABLES = {"schedules", "job_runs", "job_attempts", "processes", "migrations", "chores"}
+EXPECTED_TABLES = {
+    "schedules",
+    "job_runs",
+    "job_attempts",
+    "processes",
+    "migrations",
+    "chores",
+    "schedule_stats",
+}
 EXPECTED_INDEXES = {
     "job_runs_pending",
     "job_runs_leases",
@@ -20,6 +28,7 @@ EXPECTED_INDEXES = {
     "job_runs_finished",
     "schedules_due",
     "chores_pkey",
+    "schedule_stats_pkey",
 }
 
 

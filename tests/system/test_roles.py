@@ -105,6 +105,14 @@ def test_each_role_does_its_work_and_nothing_more(
             timeout=30,
             what="the old done run removed by the ticker role's retention",
         )
+        wait_for(
+            lambda: (
+                scalar(conn, "SELECT count(*) FROM fleet.schedule_stats WHERE last_success_at IS NOT NULL")
+                >= 1
+            ),
+            timeout=30,
+            what="the ticker role's health roll-up",
+        )
         for p in procs:
             assert p.popen.poll() is None, p.output()
     status = subprocess.run(
@@ -165,6 +173,10 @@ def test_each_role_does_its_work_and_nothing_more(
     assert "permission denied" in denied(role_urls["reader"], "DELETE FROM fleet.job_runs")
     assert "must be owner" in denied(role_urls["operator"], "DROP TABLE fleet.job_runs")
     assert "permission denied" in denied(role_urls["operator"], "CREATE TABLE fleet.mine (x int)")
+    # An operator's retry marks the schedule's health stats for a fresh look.
+    retry = ["--database-url", role_urls["operator"], "retry", "gated", "2000-01-02T00:00Z"]
+    assert fleetctl(retry) == 0
+    assert scalar(conn, "SELECT dirty FROM fleet.schedule_stats WHERE name = 'gated'") >= 1
 
 
 def test_a_permission_error_is_one_line_and_exit_2(
