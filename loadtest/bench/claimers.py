@@ -5,6 +5,7 @@ what the workers' sessions wait on is sampled, to say where the time goes."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -15,6 +16,7 @@ from typing import Any
 import psycopg
 
 from fleet.db import connect
+from fleet.queries import STATEMENTS
 from loadtest.bench import bouncer
 from loadtest.bench.backlog import add_schedule
 from loadtest.bench.config import Bench
@@ -64,9 +66,37 @@ def worker_of(application_name: str) -> str | None:
     return rest.removesuffix(" listen") or None
 
 
+def _words(sql: str) -> str:
+    return " ".join(sql.split())
+
+
+# Each named statement's text up to its first parameter: what pg_stat_activity shows of it.
+_PREFIXES = sorted(
+    ((_words(re.split(r"%\(|\$\d", text)[0])[:80], name) for name, text in STATEMENTS.items()),
+    key=lambda pn: -len(pn[0]),
+)
+
+
+def statement_of(query: str | None) -> str:
+    """The name of fleet's statement a session runs (fleet/sql), else the query's first words."""
+    text = _words(query or "")
+    for prefix, name in _PREFIXES:
+        if prefix and text.startswith(prefix):
+            return name
+    return " ".join(text.split()[:3]) or "?"
+
+
 def wait_label(wait_event_type: str | None, wait_event: str | None) -> str:
     """What an active session is doing: its wait event, or CPU when it waits on nothing."""
     return f"{wait_event_type}:{wait_event}" if wait_event_type else "CPU"
+
+
+def activity_label(row: Mapping[str, Any]) -> str:
+    """An active session's statement and what it waits on, and for a lock, whose statement holds it."""
+    label = f"{statement_of(row['query'])} {wait_label(row['wtype'], row['wevent'])}"
+    if row["wtype"] == "Lock" and row.get("blocker") is not None:
+        label += f" held by {statement_of(row['blocker'])}"
+    return label
 
 
 def shares(counts: Mapping[str, int], top: int = 4) -> str:
@@ -83,9 +113,11 @@ class Activity:
     and, for active sessions, what they wait on."""
 
     SQL = (
-        "SELECT application_name AS app, state, wait_event_type AS wtype, wait_event AS wevent "
-        "FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend' "
-        "AND application_name NOT LIKE 'fleet-bench%%'"
+        "SELECT a.application_name AS app, a.state, a.wait_event_type AS wtype, a.wait_event AS wevent, "
+        "a.query, CASE WHEN a.wait_event_type = 'Lock' THEN (SELECT b.query FROM pg_stat_activity b "
+        "WHERE b.pid = (pg_blocking_pids(a.pid))[1]) END AS blocker "
+        "FROM pg_stat_activity a WHERE a.datname = %s AND a.backend_type = 'client backend' "
+        "AND a.application_name NOT LIKE 'fleet-bench%%'"
     )
 
     def __init__(self, admin_url: str, database: str, every_s: float = 0.25) -> None:
@@ -104,7 +136,7 @@ class Activity:
         self.peak = max(self.peak, len(rows))
         workers = Counter(w for r in rows if (w := worker_of(str(r["app"] or ""))) is not None)
         self.per_worker = max(self.per_worker, *workers.values(), 0)
-        self.waits.update(wait_label(r["wtype"], r["wevent"]) for r in rows if r["state"] == "active")
+        self.waits.update(activity_label(r) for r in rows if r["state"] == "active")
 
     def _run(self) -> None:
         with connect(self.admin_url, "fleet-bench activity") as conn:
@@ -225,6 +257,7 @@ def run(bench: Bench, report: Report) -> None:
         f"worker) do not fit in the server's free connection slots less {OWN_CONNECTIONS} run through "
         f"PgBouncer ({setting}, workers with {' '.join(bouncer.WORKER_FLAGS)}), and then every count "
         "does, so the largest is compared with the others on one path. pg_stat_activity is sampled "
-        "every 0.25 s during each drain: connections per worker by application_name, and what the "
-        f"workers' active sessions waited on (share of samples): {waits}"
+        "every 0.25 s during each drain: connections per worker by application_name, and the statement "
+        "each active session ran, what it waited on, and for a lock the statement of the session "
+        f"holding it (share of samples): {waits}"
     )

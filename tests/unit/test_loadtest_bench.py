@@ -9,16 +9,31 @@ from pathlib import Path
 
 import pytest
 
+from fleet.queries import q
 from fleet.schedfile import load
-from fleet.schedule import first_slot_at_or_after
+from fleet.schedule import Timing, first_slot_at_or_after
 from loadtest.bench.__main__ import parse
 from loadtest.bench.bouncer import ini
-from loadtest.bench.claimers import OWN_CONNECTIONS, Activity, Capacity, shares, wait_label, worker_of
+from loadtest.bench.claimers import (
+    OWN_CONNECTIONS,
+    Activity,
+    Capacity,
+    shares,
+    statement_of,
+    wait_label,
+    worker_of,
+)
 from loadtest.bench.herd import herd_toml, lead_s
 from loadtest.bench.scheduled import iso, whole_minute_after, whole_second_after
 from loadtest.bench.sustained import expected_slots, sustained_toml
 
 UTC = dt.UTC
+
+
+def _slot(timing: Timing, at: dt.datetime) -> dt.datetime:
+    slot = first_slot_at_or_after(timing, at)
+    assert slot is not None
+    return slot
 
 
 def test_whole_second_and_minute_after_round_up_past_the_lead() -> None:
@@ -45,13 +60,10 @@ def test_the_herd_schedules_all_have_their_first_slot_at_the_herd_instant() -> N
 def test_the_sustained_schedules_spread_over_the_minute_and_fire_once_a_minute() -> None:
     first = dt.datetime(2026, 6, 1, 8, 31, tzinfo=UTC)
     specs = load(sustained_toml(180, first))
-    slots = [first_slot_at_or_after(s.timing, first) for s in specs]
+    slots = [_slot(s.timing, first) for s in specs]
     assert {(t - first).total_seconds() for t in slots} == set(range(60))
     assert all(slots.count(first + dt.timedelta(seconds=k)) == 3 for k in range(60))
-    nxt = [
-        first_slot_at_or_after(s.timing, t + dt.timedelta(microseconds=1))
-        for s, t in zip(specs, slots, strict=True)
-    ]
+    nxt = [_slot(s.timing, t + dt.timedelta(microseconds=1)) for s, t in zip(specs, slots, strict=True)]
     assert all(b - a == dt.timedelta(minutes=1) for a, b in zip(slots, nxt, strict=True))
     assert expected_slots(180, 10) == 1_800
     assert iso(first) == "2026-06-01T08:31:00Z"
@@ -110,26 +122,62 @@ def test_worker_sessions_are_told_apart_by_application_name() -> None:
     )
 
 
+def test_sessions_are_named_by_the_fleet_statement_they_run() -> None:
+    """pg_stat_activity shows a statement with $n for its parameters, as psycopg sends it."""
+    claim = q("run_claim").replace("%(now)b", "$1").replace("%(jobs)b", "$2")
+    assert statement_of(claim) == "run_claim"
+    assert statement_of("  " + q("run_finish").replace("\n", "\n    ")) == "run_finish"
+    assert (
+        statement_of(q("run_notify")) == "run_notify"
+        and statement_of(q("schedule_notify")) == "schedule_notify"
+    )
+    assert statement_of("COMMIT") == "COMMIT" and statement_of("") == "?" and statement_of(None) == "?"
+
+
 def test_activity_keeps_the_most_sessions_seen_and_what_active_ones_wait_on() -> None:
     a = Activity("postgresql://unused", "db")
+    claim, finish = q("run_claim"), q("run_finish")
 
     def row(
-        app: str, state: str = "idle", wtype: str | None = None, wevent: str | None = None
+        app: str,
+        state: str = "idle",
+        wtype: str | None = None,
+        wevent: str | None = None,
+        query: str = "LISTEN fleet_runs",
+        blocker: str | None = None,
     ) -> dict[str, object]:
-        return {"app": app, "state": state, "wtype": wtype, "wevent": wevent}
+        return {
+            "app": app,
+            "state": state,
+            "wtype": wtype,
+            "wevent": wevent,
+            "query": query,
+            "blocker": blocker,
+        }
 
     a.add(
         [
-            row("fleet-worker w1", "active"),
-            row("fleet-worker w1", "active", "Lock", "transactionid"),
+            row("fleet-worker w1", "active", query=claim),
+            row("fleet-worker w1", "active", "Lock", "transactionid", finish, blocker=claim),
             row("fleet-worker w1 listen"),
-            row("fleet-worker w2", "active", "LWLock", "WALWrite"),
+            row("fleet-worker w2", "active", "LWLock", "WALWrite", "COMMIT"),
         ]
     )
-    a.add([row("fleet-worker w2"), row("fleet-worker w2 listen"), row("", "active", "Client", "ClientRead")])
+    a.add(
+        [
+            row("fleet-worker w2"),
+            row("fleet-worker w2 listen"),
+            row("", "active", "Client", "ClientRead", claim),
+        ]
+    )
     a.add([])
     assert a.peak == 4 and a.per_worker == 3
-    assert a.waits == {"CPU": 1, "Lock:transactionid": 1, "LWLock:WALWrite": 1, "Client:ClientRead": 1}
+    assert a.waits == {
+        "run_claim CPU": 1,
+        "run_finish Lock:transactionid held by run_claim": 1,
+        "COMMIT LWLock:WALWrite": 1,
+        "run_claim Client:ClientRead": 1,
+    }
     assert wait_label(None, None) == "CPU" and wait_label("IO", "WALSync") == "IO:WALSync"
     assert shares({"CPU": 3, "Lock:tuple": 1}) == "CPU 75%, Lock:tuple 25%"
     assert shares({}) == "no active session sampled"
