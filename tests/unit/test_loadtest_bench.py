@@ -7,11 +7,13 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import orjson
 import pytest
 
 from fleet.queries import q
 from fleet.schedfile import load
 from fleet.schedule import Timing, first_slot_at_or_after
+from loadtest.bench import docs as bench_docs
 from loadtest.bench.__main__ import parse
 from loadtest.bench.bouncer import ini
 from loadtest.bench.claimers import (
@@ -24,8 +26,10 @@ from loadtest.bench.claimers import (
     worker_of,
 )
 from loadtest.bench.herd import herd_toml, lead_s
+from loadtest.bench.report import Report
 from loadtest.bench.scheduled import iso, whole_minute_after, whole_second_after
 from loadtest.bench.sustained import expected_slots, sustained_toml
+from loadtest.bench.targets import add_claimers_ratio, add_ratios
 
 UTC = dt.UTC
 
@@ -210,3 +214,45 @@ def test_the_pgbouncer_configuration_pools_transactions_for_every_database() -> 
             host="h", port=1, listen_port=2, auth_file=Path("u"), pool_size=1, clients=1, run_as="nobody"
         ).splitlines()
     )
+
+
+def test_the_docs_page_renders_the_new_sections_with_their_targets_and_the_claimers_ratio() -> None:
+    r = Report({"quick": False, "sections": ["lag", "herd", "sustained", "claimers"]})
+    r.add("lag.fleet.burst.p99", "burst p99", 200.0, "ms", target="< 1000", ok=lambda v: v < 1000)
+    r.add("herd.slot_to_last_start", "herd: slot to last start", 3.1, "s", target="< 5", ok=lambda v: v < 5)
+    r.add("sustained.lag.p99", "sustained: p99", 2500.0, "ms", target="< 2000", ok=lambda v: v < 2000)
+    for key, rate in (("direct.w4", 20_000.0), ("pgbouncer.w4", 15_000.0), ("pgbouncer.w16", 14_000.0)):
+        r.add(f"claimers.{key}", f"claimers {key}", rate, "runs/s")
+    r.add("claimers.pgbouncer.w64", "claimers pgbouncer.w64", 13_000.0, "runs/s")
+    r.add("claimers.pgbouncer.w64.server_connections", "server connections", 20.0, "connections")
+    add_ratios(r)
+    (ratio,) = [f for f in r.figures if f.key == "ratio.claimers_most_vs_best"]
+    # On the path every count took (PgBouncer), the 64 against the best of that path, not the direct 4.
+    assert ratio.value == pytest.approx(13_000 / 15_000) and ratio.ok is True
+    assert ratio.label == "claimers: 64 workers / the best count (pgbouncer)" and ratio.target == ">= 0.8"
+    text = bench_docs.render(orjson.loads(r.json()), "bench.json")
+    heads = [ln for ln in text.splitlines() if ln.startswith("## ")]
+    assert heads[:4] == [
+        "## Lag: from the slot's time to the handler's start",
+        "## Herd: schedules due in the same second",
+        "## Sustained: schedules every minute, for minutes",
+        "## Claimers: many worker processes draining one backlog",
+    ]
+    assert "| herd: slot to last start | 3.10 | s |  | < 5 | meets |" in text
+    assert "| sustained: p99 | 2,500 | ms |  | < 2000 | **misses** |" in text
+    assert "3 of 4 met; missed: sustained: p99." in text
+
+
+def test_no_claimers_ratio_without_a_path_that_every_count_took() -> None:
+    r = Report({})
+    r.add("claimers.direct.w4", "4", 20_000.0, "runs/s")
+    r.add("claimers.direct.w16", "16", 18_000.0, "runs/s")
+    r.add("claimers.pgbouncer.w64", "64", 9_000.0, "runs/s")  # 64 only: no series to compare it in
+    add_claimers_ratio(r)
+    assert not [f for f in r.figures if f.key.startswith("ratio.")]
+    r2 = Report({})
+    r2.add("claimers.direct.w4", "4", 20_000.0, "runs/s")
+    r2.add("claimers.direct.w64", "64", 14_000.0, "runs/s")
+    add_claimers_ratio(r2)
+    (ratio,) = [f for f in r2.figures if f.key == "ratio.claimers_most_vs_best"]
+    assert ratio.value == pytest.approx(0.7) and ratio.ok is False
