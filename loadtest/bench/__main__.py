@@ -50,7 +50,7 @@ MODULES = {
 def parse(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
     p = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "--quick", action="store_true", help="small sizes, one repetition; skips history and peers"
+        "--quick", action="store_true", help="small sizes, one repetition; skips history, peers and sustained"
     )
     p.add_argument("--only", help=f"comma-separated sections: {', '.join(SECTIONS)}")
     p.add_argument(
