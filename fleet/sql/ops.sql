@@ -102,6 +102,10 @@ CROSS JOIN LATERAL (
 WHERE %(names)s::text[] IS NULL OR s.name = ANY(%(names)s::text[])
 ORDER BY s.name
 
+-- name: session_nojit
+-- For the rest of the transaction: no JIT compilation (see fleet.inspect.schedule_health).
+SELECT set_config('jit', 'off', true)
+
 -- name: run_open_health
 -- Per schedule with open runs (through job_runs_open), the open runs' part of its health. Only
 -- due pending runs count as pending, backlog or unserved; runs created ahead of their time are
