@@ -2,6 +2,16 @@
 -- tests.schema_snapshot > schema.sql). A test checks that migrating an empty database yields it.
 CREATE TYPE fleet.run_status AS ENUM ('pending', 'running', 'done', 'dead', 'skipped');
 
+CREATE TABLE fleet.chores (
+    name text NOT NULL,
+    due_at timestamp with time zone NOT NULL DEFAULT now(),
+    mark timestamp with time zone,
+    cursor text,
+    steps bigint NOT NULL DEFAULT 0,
+    stepped_at timestamp with time zone,
+    CONSTRAINT chores_pkey PRIMARY KEY (name)
+);
+
 CREATE TABLE fleet.job_attempts (
     schedule_name text NOT NULL,
     scheduled_for timestamp with time zone NOT NULL,
@@ -76,6 +86,20 @@ CREATE TABLE fleet.processes (
     CONSTRAINT fleet_processes_pkey PRIMARY KEY (id)
 );
 
+CREATE TABLE fleet.schedule_stats (
+    name text NOT NULL,
+    last_success_slot timestamp with time zone,
+    last_success_at timestamp with time zone,
+    last_slot timestamp with time zone,
+    last_status fleet.run_status,
+    last_outcome text,
+    last_finished_at timestamp with time zone,
+    last_error text,
+    dirty integer NOT NULL DEFAULT 0,
+    CONSTRAINT schedule_stats_name_fkey FOREIGN KEY (name) REFERENCES fleet.schedules(name) ON DELETE CASCADE,
+    CONSTRAINT schedule_stats_pkey PRIMARY KEY (name)
+);
+
 CREATE TABLE fleet.schedules (
     name text NOT NULL,
     every interval,
@@ -104,6 +128,11 @@ CREATE TABLE fleet.schedules (
     updated_at timestamp with time zone NOT NULL DEFAULT now(),
     pause_note text,
     max_catchup integer NOT NULL DEFAULT 1000,
+    retention interval,
+    cadence_from timestamp with time zone,
+    cadence_mid timestamp with time zone,
+    cadence_until timestamp with time zone,
+    cadence_hash text,
     CONSTRAINT schedules_catchup_check CHECK ((catchup = ANY (ARRAY['skip'::text, 'latest'::text, 'all'::text]))),
     CONSTRAINT schedules_check CHECK (((every IS NULL) <> (cron IS NULL))),
     CONSTRAINT schedules_dst_missing_check CHECK ((dst_missing = ANY (ARRAY['shift'::text, 'skip'::text]))),
@@ -113,6 +142,7 @@ CREATE TABLE fleet.schedules (
     CONSTRAINT schedules_max_catchup_check CHECK (((max_catchup >= 1) AND (max_catchup <= 100000))),
     CONSTRAINT schedules_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$'::text)),
     CONSTRAINT schedules_overlap_check CHECK ((overlap = ANY (ARRAY['allow'::text, 'skip'::text, 'queue'::text]))),
+    CONSTRAINT schedules_retention_check CHECK ((retention > '00:00:00'::interval)),
     CONSTRAINT schedules_pkey PRIMARY KEY (name)
 );
 ALTER TABLE fleet.schedules SET (autovacuum_vacuum_scale_factor=0.05);
@@ -121,6 +151,8 @@ CREATE INDEX schedules_due ON fleet.schedules USING btree (next_run_at) WHERE (e
 CREATE OR REPLACE FUNCTION fleet.delete_attempts()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     DELETE FROM fleet.job_attempts a

@@ -80,6 +80,7 @@ def _params(spec: ScheduleSpec, next_run_at: datetime | None) -> dict[str, Any]:
         "max_attempts": spec.max_attempts,
         "retry_base": spec.retry_base,
         "retry_cap": spec.retry_cap,
+        "retention": spec.retention,
         "next_run_at": next_run_at,
         "timing_hash": spec.timing_hash(),
     }
@@ -151,6 +152,7 @@ _FIELDS: tuple[tuple[str, str, Callable[[ScheduleSpec], Any], Callable[[Any, Any
     ("retry.max_attempts", "max_attempts", lambda s: s.max_attempts, _equal),
     ("retry.base", "retry_base", lambda s: s.retry_base, _equal),
     ("retry.cap", "retry_cap", lambda s: s.retry_cap, _equal),
+    ("retention", "retention", lambda s: s.retention, _equal),
 )
 
 

@@ -45,6 +45,7 @@ class ScheduleFields(TypedDict, total=False):
     overlap: Overlap
     timeout: Duration
     retry: Retry
+    retention: Duration
     dst_repeated: Literal["first", "last"]
     dst_missing: Literal["shift", "skip"]
 

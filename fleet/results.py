@@ -96,7 +96,10 @@ class ScheduleHealth:
 
     def to_json(self) -> dict[str, Any]:
         """The object `fleetctl status --json` prints for this schedule."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self) if f.name != "numbers"}
+        return {name: _jsonable(getattr(self, name)) for name in _HEALTH_FIELDS}
+
+
+_HEALTH_FIELDS = tuple(f.name for f in fields(ScheduleHealth) if f.name != "numbers")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,9 @@
 -- with the owner who runs `fleetctl migrate`.
 --
 --   fleet_ticker    materialises slots: reads schedules, advances their next slot, inserts runs
---                   whose job and args are their schedule's own; cannot finish, change or delete runs
+--                   whose job and args are their schedule's own; deletes finished (done, skipped)
+--                   runs for retention, their attempts going with them; cannot finish or change
+--                   runs, nor delete a dead, pending or running one
 --   fleet_worker    claims, heartbeats and finishes runs; may set a schedule's overlap gate only to
 --                   an open run of that schedule; cannot change a schedule's definition, or a run's
 --                   job, args or key
@@ -31,9 +33,12 @@ REVOKE CREATE ON SCHEMA fleet FROM fleet_ticker, fleet_worker, fleet_operator, f
 REVOKE ALL ON ALL TABLES IN SCHEMA fleet FROM fleet_ticker, fleet_worker, fleet_operator, fleet_reader;
 GRANT SELECT ON ALL TABLES IN SCHEMA fleet TO fleet_ticker, fleet_worker, fleet_operator, fleet_reader;
 
-GRANT UPDATE (next_run_at, missed_slots) ON fleet.schedules TO fleet_ticker;
-GRANT INSERT ON fleet.job_runs TO fleet_ticker;
+GRANT UPDATE (next_run_at, missed_slots, cadence_from, cadence_mid, cadence_until, cadence_hash)
+    ON fleet.schedules TO fleet_ticker;
+GRANT INSERT, UPDATE ON fleet.schedule_stats TO fleet_ticker;
+GRANT INSERT, DELETE ON fleet.job_runs TO fleet_ticker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_ticker;
+GRANT INSERT, UPDATE ON fleet.chores TO fleet_ticker;
 
 GRANT UPDATE (running_slot) ON fleet.schedules TO fleet_worker;
 GRANT UPDATE (status, attempts, failures, last_outcome, locked_by, locked_host, locked_pid, locked_until,
@@ -43,6 +48,7 @@ GRANT INSERT ON fleet.job_attempts TO fleet_worker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_worker;
 
 GRANT INSERT, UPDATE, DELETE ON fleet.schedules, fleet.job_runs, fleet.job_attempts TO fleet_operator;
+GRANT UPDATE (dirty) ON fleet.schedule_stats TO fleet_operator;
 GRANT DELETE ON fleet.processes TO fleet_operator;
 
 -- Row-level rules where a column grant cannot say enough. The owner (and a superuser) bypasses them,
@@ -80,3 +86,7 @@ CREATE POLICY fleet_ticker_materialize ON fleet.job_runs FOR INSERT TO fleet_tic
         SELECT 1 FROM fleet.schedules s
         WHERE s.name = job_runs.schedule_name AND s.job = job_runs.job AND s.args = job_runs.args
           AND s.overlap = job_runs.overlap));
+-- Retention: a ticker deletes only finished runs; a dead run stays until an operator handles it.
+DROP POLICY IF EXISTS fleet_ticker_retention ON fleet.job_runs;
+CREATE POLICY fleet_ticker_retention ON fleet.job_runs FOR DELETE TO fleet_ticker
+    USING (status IN ('done', 'skipped'));

@@ -40,6 +40,10 @@ MAX_EVERY = timedelta(days=3660)  # ten years: anything longer is a typo that wo
 MAX_ARGS_BYTES = 64 * 1024  # the JSON of `args`, copied into every run (`apply --max-args-bytes`)
 MAX_DURATION = MAX_EVERY  # timeout, max_lateness, grace, retry: past this, instants overflow
 MAX_ATTEMPTS_LIMIT = 1000
+# How long finished runs are kept: at least an hour (a shorter one would remove runs an operator is
+# still looking at), at most ten years.
+MIN_RETENTION = timedelta(hours=1)
+MAX_RETENTION = MAX_EVERY
 EARLIEST_START = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST_START = datetime(3000, 1, 1, tzinfo=UTC)
 _SHOWN_CHARS = 60  # a value echoed in an error is cut to this
@@ -62,6 +66,7 @@ _KEYS = {
     "overlap",
     "timeout",
     "retry",
+    "retention",
     "dst_repeated",
     "dst_missing",
 }
@@ -86,6 +91,7 @@ class ScheduleSpec:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     retry_base: timedelta = DEFAULT_RETRY_BASE
     retry_cap: timedelta = DEFAULT_RETRY_CAP
+    retention: timedelta | None = None  # None: the tickers' --retention
 
     def timing_hash(self) -> str:
         """Changes exactly when the slot times change (so apply re-plans the next slot)."""
@@ -264,6 +270,10 @@ def parse_entry(
     max_lateness = duration("max_lateness")
     grace = duration("grace")
     timeout = duration("timeout")
+    retention = duration("retention")
+    if retention is not None and not MIN_RETENTION <= retention <= MAX_RETENTION:
+        bad("retention", f"must be from 1h to {MAX_RETENTION.days} days, got {shown(entry['retention'])}")
+        retention = None
 
     tz = entry.get("timezone", "UTC")
     tz_ok = True
@@ -361,6 +371,7 @@ def parse_entry(
             max_attempts=max_attempts,
             retry_base=base,
             retry_cap=cap,
+            retention=retention,
         ),
         [],
     )

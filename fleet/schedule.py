@@ -47,6 +47,7 @@ __all__ = [
     "latest_slot_at_or_before",
     "next_slot",
     "nominal_interval",
+    "cadence_slots",
     "parse_duration",
     "slots_between",
     "validate_timing",
@@ -267,6 +268,22 @@ def nominal_interval(t: Timing, at: datetime) -> timedelta:
     if first is None or second is None:
         raise TimingError(f'cron: does not fire twice around {_iso(moment)} ("{t.cron}")')
     return second - first
+
+
+def cadence_slots(t: Timing, at: datetime) -> tuple[datetime, datetime, datetime] | None:
+    """Three consecutive slots ``a <= at < b < c``: `nominal_interval` is ``b - a`` for any instant
+    in ``[a, b)`` and ``c - b`` for any in ``[b, c)``, so they can be stored and looked up instead of
+    evaluated per read. None when no slot precedes `at` or fewer than two follow it."""
+    plan = _plan(t)
+    moment = _utc(at, "at")
+    previous = plan.latest(moment)
+    if previous is None:
+        return None
+    slots = plan.after(previous - _MICROSECOND)
+    a, b, c = next(slots, None), next(slots, None), next(slots, None)
+    if a is None or b is None or c is None:
+        return None
+    return a, b, c
 
 
 def timing_of(row: Mapping[str, Any]) -> Timing:

@@ -7,10 +7,13 @@ import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from fleet.db import url_params
 from fleet.errors import ConfigError
+from fleet.schedfile import MAX_RETENTION, MIN_RETENTION
+from fleet.schedule import TimingError, parse_duration
 
 DEFAULT_LEASE_S = 60.0
 DEFAULT_POLL_S = 5.0
@@ -24,6 +27,13 @@ DEFAULT_LOOKAHEAD_S = 60.0
 DEFAULT_CLAIM_BATCH = 100
 DEFAULT_ASYNC_CONCURRENCY = 100
 DEFAULT_ABANDON_AFTER_S = 30.0
+# Built-in retention: finished runs older than this are removed by the tickers (a schedule's own
+# `retention` wins); a pass over every schedule starts this often, deleting this many runs per step.
+DEFAULT_RETENTION = timedelta(days=30)
+DEFAULT_RETENTION_EVERY_S = 3600.0
+DEFAULT_RETENTION_BATCH = 2000
+# How often one of the tickers rolls the finished runs up into the schedules' health stats.
+DEFAULT_HEALTH_ROLLUP_S = 2.0
 # Durations (lease, heartbeat, poll, grace) are finite and at most a week; a worker runs at most
 # this many handlers at once (one thread each).
 MAX_DURATION_S = 7 * 86400.0
@@ -47,6 +57,10 @@ class TickerSettings:
     ticker_id: str
     log_format: str
     prepared_statements: bool = True
+    retention: timedelta | None = DEFAULT_RETENTION  # None: built-in retention off
+    retention_every_s: float = DEFAULT_RETENTION_EVERY_S
+    retention_batch: int = DEFAULT_RETENTION_BATCH
+    health_rollup_s: float = DEFAULT_HEALTH_ROLLUP_S
 
 
 @dataclass(frozen=True)
@@ -99,6 +113,7 @@ _HIGHEST = {
     "--concurrency": 1_000,
     "--claim-batch": 10_000,
     "--async-concurrency": 10_000,
+    "--retention-batch": 100_000,
 }
 
 
@@ -118,6 +133,19 @@ def check_duration(value: float, flag: str, allow_zero: bool = False) -> float:
     if not value <= MAX_DURATION_S:
         raise ConfigError(f"{flag}: must be at most {MAX_DURATION_S:.0f} seconds (a week), got {value}")
     return value
+
+
+def _retention(raw: str) -> timedelta | None:
+    """`off`, or a duration from an hour to ten years (the bounds of a schedule's `retention`)."""
+    if raw.strip().lower() == "off":
+        return None
+    try:
+        d = parse_duration(raw, "--retention")
+    except TimingError as e:
+        raise ConfigError(f"{e}; or off") from None
+    if not MIN_RETENTION <= d <= MAX_RETENTION:
+        raise ConfigError(f"--retention: must be from 1h to {MAX_RETENTION.days} days, or off; got {raw!r}")
+    return d
 
 
 def _bool(raw: str) -> bool:
@@ -204,7 +232,37 @@ def ticker_parser() -> argparse.ArgumentParser:
         default=None,
         help=_env_help("FLEET_TICKER_LEADER", "tick only while holding the leader lock; others stand by"),
     )
+    p.add_argument(
+        "--health-rollup",
+        type=float,
+        help=_env_help(
+            "FLEET_HEALTH_ROLLUP", "seconds between roll-ups of finished runs into the health stats (2)"
+        ),
+    )
     p.add_argument("--id", help=_env_help("FLEET_TICKER_ID", "ticker id (host:process)"))
+    p.add_argument(
+        "--retention",
+        metavar="DURATION",
+        help=_env_help(
+            "FLEET_RETENTION",
+            "remove done and skipped runs (with their attempts) that finished longer ago than this, "
+            "unless their schedule sets its own retention; 1h to 3660d, or off (30d)",
+        ),
+    )
+    p.add_argument(
+        "--retention-every",
+        type=float,
+        metavar="S",
+        help=_env_help(
+            "FLEET_RETENTION_EVERY", "a retention pass over all schedules starts this often, s (3600)"
+        ),
+    )
+    p.add_argument(
+        "--retention-batch",
+        type=int,
+        metavar="N",
+        help=_env_help("FLEET_RETENTION_BATCH", "most runs one retention step deletes (2000)"),
+    )
     return p
 
 
@@ -241,9 +299,52 @@ def ticker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> T
         until_idle=a.until_idle,
         leader=_take(a.leader, environ, "FLEET_TICKER_LEADER", False, _bool, "--leader"),
         ticker_id=_take(a.id, environ, "FLEET_TICKER_ID", "", str, "--id") or default_process_id("ticker"),
+        retention=_retention_setting(a.retention, environ),
+        retention_every_s=check_duration(
+            _take(
+                a.retention_every,
+                environ,
+                "FLEET_RETENTION_EVERY",
+                DEFAULT_RETENTION_EVERY_S,
+                float,
+                "--retention-every",
+            ),
+            "--retention-every",
+        ),
+        retention_batch=int(
+            _positive(
+                _take(
+                    a.retention_batch,
+                    environ,
+                    "FLEET_RETENTION_BATCH",
+                    DEFAULT_RETENTION_BATCH,
+                    int,
+                    "--retention-batch",
+                ),
+                "--retention-batch",
+            )
+        ),
+        health_rollup_s=check_duration(
+            _take(
+                a.health_rollup,
+                environ,
+                "FLEET_HEALTH_ROLLUP",
+                DEFAULT_HEALTH_ROLLUP_S,
+                float,
+                "--health-rollup",
+            ),
+            "--health-rollup",
+        ),
         **_shared(a, environ),
     )
     return s
+
+
+def _retention_setting(value: str | None, environ: Mapping[str, str]) -> timedelta | None:
+    raw = value if value is not None else environ.get("FLEET_RETENTION")
+    if raw is None or raw == "":
+        return DEFAULT_RETENTION
+    return _retention(raw)
 
 
 def worker_parser() -> argparse.ArgumentParser:

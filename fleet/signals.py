@@ -7,10 +7,15 @@ handler itself, when a second signal comes while the first is handled. A handler
 quick succession hung in the log's lock and had to be killed. The handler here only writes the
 signal's number to a pipe; a thread of its own reads it and calls back, taking locks like any other
 thread.
+
+A stop signal that comes while the process exits is ignored: Python puts the default action back
+late in its exit, and a second SIGTERM then (supervisord's, after systemd's) would end a process that
+had already stopped cleanly by the signal instead of with its exit code.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -24,7 +29,8 @@ def on_stop_signal(
     callback: Callable[[signal.Signals], None], signals: Sequence[signal.Signals] = STOP_SIGNALS
 ) -> Callable[[], None]:
     """Call `callback` (on a thread of its own, once per signal received) for each of `signals`.
-    Call from the main thread. Returns a function that puts the previous handlers back."""
+    Call from the main thread. Returns a function that puts the previous handlers back; until it is
+    called, the signals are ignored once the process begins to exit."""
     r, w = os.pipe()
     os.set_blocking(w, False)
 
@@ -38,10 +44,16 @@ def on_stop_signal(
                 for signum in data:
                     callback(signal.Signals(signum))
 
+    def ignore() -> None:  # at exit: nothing is left to stop
+        for s in signals:
+            signal.signal(s, signal.SIG_IGN)
+
     threading.Thread(target=relay, name="fleet-signals", daemon=True).start()
     old = {s: signal.signal(s, handler) for s in signals}
+    atexit.register(ignore)
 
     def restore() -> None:
+        atexit.unregister(ignore)
         for s, h in old.items():
             signal.signal(s, h)
         os.close(w)

@@ -6,6 +6,7 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from fleet.ops.control import ProcInfo
 from fleet.ops.inspect import live_processes, schedule_health, verdict_text
 from fleet.ops.printable import printable
 from fleet.queries import q
+from fleet.results import ScheduleHealth
 
 COLUMNS = (
     "SCHEDULE",
@@ -48,14 +50,13 @@ class Snapshot:
 
 
 def read_database(conn: psycopg.Connection[Any], snap: Snapshot) -> None:
-    """Each schedule's runs by status with its `fleetctl status` verdict, the processes seen, and the
-    runs that the workers of `snap.processes` hold."""
-    health = {h.name: h for h in schedule_health(conn)}
-    snap.schedules = conn.execute(q("schedule_overview")).fetchall()
-    for row in snap.schedules:
-        h = health.get(row["name"])
-        row["verdict"] = verdict_text(h) if h else "-"
-        row["state"] = ("paused" if h.paused else None if h.enabled else "disabled") if h else None
+    """Each schedule's `fleetctl status` verdict and open and dead runs, what it did in the last
+    hour, the processes seen, and the runs that the workers of `snap.processes` hold."""
+    found = schedule_health(conn)
+    recent = {r["schedule_name"]: r for r in conn.execute(q("run_recent_counts"), {"now": None})}
+    now = conn.execute(q("clock_now")).fetchone()
+    assert now is not None
+    snap.schedules = [_overview(h, recent.get(h.name), now["now"]) for h in found]
     snap.seen = {r["kind"]: r for r in conn.execute(q("process_overview"))}
     pids = {p.pid for p in snap.processes if p.slot is not None and p.pid}
     host = socket.gethostname()
@@ -63,6 +64,24 @@ def read_database(conn: psycopg.Connection[Any], snap: Snapshot) -> None:
         p for p in live_processes(conn) if p["kind"] == "worker" and p["host"] == host and p["pid"] in pids
     ]
     snap.runs_here = sum(p["running"] for p in mine)
+
+
+def _overview(h: ScheduleHealth, recent: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
+    """One schedule's line of the view, from its health and its last hour."""
+    return {
+        "name": h.name,
+        "verdict": verdict_text(h),
+        "state": "paused" if h.paused else None if h.enabled else "disabled",
+        "next_in_s": None if h.next_run_at is None else (h.next_run_at - now).total_seconds(),
+        "last_status": h.last_outcome,
+        "last_ago_s": None if h.last_run_at is None else (now - h.last_run_at).total_seconds(),
+        "pending": h.pending_runs,
+        "running": h.running_runs,
+        "dead": h.dead_runs,
+        "done": recent["done"] if recent else 0,
+        "skipped": recent["skipped"] if recent else 0,
+        "retried": recent["retried"] if recent else 0,
+    }
 
 
 def _ago(seconds: float | None) -> str:

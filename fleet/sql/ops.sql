@@ -1,9 +1,115 @@
 -- Statements of the operator's tool (fleetctl): health, history, repair, pruning, metrics.
 
 -- name: schedule_health
--- Per schedule, the numbers its health verdict is made of. Every lookup goes through an index:
--- the newest success and the newest finished run walk the primary key backwards, dead runs use
--- job_runs_dead and open runs job_runs_open, so millions of finished rows cost nothing here.
+-- Per schedule, the numbers its health verdict is made of, at a cost in schedules, not in history:
+-- the newest success and finished run come from schedule_stats (kept by the tickers' roll-up,
+-- fleet.rollup) merged with the runs finished since the roll-up's mark minus its margin (through
+-- job_runs_finished), so a read is exact at once; dead runs are counted through job_runs_dead and
+-- open runs through job_runs_open. A schedule the roll-up has not covered yet (its first pass still
+-- under way), or whose stats a retry or discard made dirty, is probed through its primary key.
+-- The open runs' numbers come from run_open_health.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+served AS (
+    SELECT coalesce(array_agg(DISTINCT j.job), '{}'::text[]) AS jobs
+    FROM fleet.processes p
+    CROSS JOIN t
+    CROSS JOIN LATERAL unnest(p.jobs) AS j(job)
+    WHERE p.kind = 'worker' AND p.seen_at > t.now - make_interval(secs => %(stale_s)s)
+),
+roll AS (
+    SELECT coalesce(max(c.mark) - make_interval(secs => %(margin_s)s), 'infinity') AS since,
+           coalesce(bool_or(c.mark IS NOT NULL AND c.cursor IS NULL), false) AS done,
+           max(c.cursor) AS cursor
+    FROM fleet.chores c WHERE c.name = 'health_rollup'
+),
+fin AS (
+    SELECT r.schedule_name, r.scheduled_for, r.status, r.last_outcome, r.finished_at, r.last_error
+    FROM fleet.job_runs r, roll
+    WHERE r.status IN ('done', 'dead', 'skipped') AND r.finished_at >= roll.since
+      AND (%(names)s::text[] IS NULL OR r.schedule_name = ANY(%(names)s::text[]))
+),
+ok AS (
+    SELECT DISTINCT ON (schedule_name) schedule_name, scheduled_for, finished_at
+    FROM fin WHERE status = 'done'
+    ORDER BY schedule_name, scheduled_for DESC
+),
+fl AS (
+    SELECT DISTINCT ON (schedule_name) * FROM fin
+    ORDER BY schedule_name, scheduled_for DESC, finished_at DESC
+),
+dead AS (
+    SELECT r.schedule_name, count(*) AS n FROM fleet.job_runs r
+    WHERE r.status = 'dead' AND (%(names)s::text[] IS NULL OR r.schedule_name = ANY(%(names)s::text[]))
+    GROUP BY r.schedule_name
+)
+SELECT s.name, s.job, s.enabled, s.paused_at, s.pause_note, s.updated_at, s.start_at, t.now AS db_now,
+       s.next_run_at,
+       s.job = ANY(sv.jobs) AS job_served,
+       CASE WHEN s.every IS NOT NULL THEN extract(epoch FROM s.every)::float8
+            WHEN s.cadence_hash IS DISTINCT FROM s.timing_hash OR s.cadence_mid IS NULL THEN NULL
+            WHEN t.now >= s.cadence_from AND t.now < s.cadence_mid
+                THEN extract(epoch FROM s.cadence_mid - s.cadence_from)::float8
+            WHEN t.now >= s.cadence_mid AND t.now < s.cadence_until
+                THEN extract(epoch FROM s.cadence_until - s.cadence_mid)::float8
+       END AS interval_s,
+       s.cron, s.timezone, s.dst_repeated, s.dst_missing,
+       CASE WHEN ls.probed THEN ls.finished_at
+            WHEN ok.scheduled_for IS NOT NULL
+                 AND (st.last_success_slot IS NULL OR ok.scheduled_for >= st.last_success_slot) THEN ok.finished_at
+            ELSE st.last_success_at END AS last_success_at,
+       CASE WHEN lf.probed THEN lf.scheduled_for WHEN n.newer THEN fl.scheduled_for ELSE st.last_slot END AS last_slot,
+       (CASE WHEN lf.probed THEN lf.status WHEN n.newer THEN fl.status ELSE st.last_status END)::text AS last_status,
+       CASE WHEN lf.probed THEN lf.last_outcome WHEN n.newer THEN fl.last_outcome ELSE st.last_outcome END
+           AS last_outcome,
+       CASE WHEN lf.probed THEN lf.last_error WHEN n.newer THEN fl.last_error ELSE st.last_error END AS last_error,
+       coalesce(d.n, 0) AS dead_runs
+FROM fleet.schedules s
+CROSS JOIN t
+CROSS JOIN served sv
+CROSS JOIN roll
+LEFT JOIN fleet.schedule_stats st ON st.name = s.name
+LEFT JOIN ok ON ok.schedule_name = s.name
+LEFT JOIN fl ON fl.schedule_name = s.name
+LEFT JOIN dead d ON d.schedule_name = s.name
+-- the probes run only where the stats cannot be used: OFFSET 0 keeps each WHERE inside its subquery,
+-- where it is a one-time filter that skips the probe elsewhere
+LEFT JOIN LATERAL (
+    SELECT true AS probed, (
+        SELECT r.finished_at FROM fleet.job_runs r
+        WHERE r.schedule_name = s.name AND r.status = 'done'
+        ORDER BY r.scheduled_for DESC LIMIT 1
+    ) AS finished_at
+    WHERE NOT (roll.done OR coalesce(s.name <= roll.cursor, false))
+    OFFSET 0
+) ls ON true
+LEFT JOIN LATERAL (
+    SELECT true AS probed, x.scheduled_for, x.status, x.last_outcome, x.last_error
+    FROM (SELECT 1) one
+    LEFT JOIN LATERAL (
+        SELECT r.scheduled_for, r.status, r.last_outcome, r.last_error FROM fleet.job_runs r
+        WHERE r.schedule_name = s.name AND r.status IN ('done', 'dead', 'skipped')
+        ORDER BY r.scheduled_for DESC LIMIT 1
+    ) x ON true
+    WHERE NOT (roll.done OR coalesce(s.name <= roll.cursor, false)) OR st.dirty > 0
+    OFFSET 0
+) lf ON true
+CROSS JOIN LATERAL (
+    SELECT fl.scheduled_for IS NOT NULL
+           AND (st.last_slot IS NULL
+                OR (fl.scheduled_for, fl.finished_at) >= (st.last_slot, coalesce(st.last_finished_at, '-infinity')))
+           AS newer
+) n
+WHERE %(names)s::text[] IS NULL OR s.name = ANY(%(names)s::text[])
+ORDER BY s.name
+
+-- name: session_nojit
+-- For the rest of the transaction: no JIT compilation (see fleet.inspect.schedule_health).
+SELECT set_config('jit', 'off', true)
+
+-- name: run_open_health
+-- Per schedule with open runs (through job_runs_open), the open runs' part of its health. Only
+-- due pending runs count as pending, backlog or unserved; runs created ahead of their time are
+-- waiting, and the earliest slot of those the ticker created is the schedule's next slot.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 served AS (
     SELECT coalesce(array_agg(DISTINCT j.job), '{}'::text[]) AS jobs
@@ -12,43 +118,20 @@ served AS (
     CROSS JOIN LATERAL unnest(p.jobs) AS j(job)
     WHERE p.kind = 'worker' AND p.seen_at > t.now - make_interval(secs => %(stale_s)s)
 )
-SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing, s.job, s.overlap,
-       s.enabled, s.paused_at, s.pause_note, s.next_run_at, s.created_at, s.updated_at, t.now AS db_now,
-       s.job = ANY(sv.jobs) AS job_served,
-       ls.finished_at AS last_success_at,
-       lf.scheduled_for AS last_slot, lf.status::text AS last_status, lf.last_outcome AS last_outcome,
-       lf.finished_at AS last_finished_at, lf.last_error AS last_error,
-       d.n AS dead_runs,
-       o.pending, o.running, o.due, o.oldest_due, o.unserved
-FROM fleet.schedules s
-CROSS JOIN t
-CROSS JOIN served sv
-LEFT JOIN LATERAL (
-    SELECT r.finished_at FROM fleet.job_runs r
-    WHERE r.schedule_name = s.name AND r.status = 'done'
-    ORDER BY r.scheduled_for DESC LIMIT 1
-) ls ON true
-LEFT JOIN LATERAL (
-    SELECT r.scheduled_for, r.status, r.last_outcome, r.finished_at, r.last_error FROM fleet.job_runs r
-    WHERE r.schedule_name = s.name AND r.status IN ('done', 'dead', 'skipped')
-    ORDER BY r.scheduled_for DESC LIMIT 1
-) lf ON true
-CROSS JOIN LATERAL (
-    SELECT count(*) AS n FROM fleet.job_runs r WHERE r.schedule_name = s.name AND r.status = 'dead'
-) d
-CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE r.status = 'pending') AS pending,
-           count(*) FILTER (WHERE r.status = 'running') AS running,
-           count(*) FILTER (WHERE r.status = 'pending' AND r.run_after <= t.now) AS due,
-           min(r.run_after) FILTER (WHERE r.status = 'pending' AND r.run_after <= t.now) AS oldest_due,
-           -- open runs no live worker can take: pending, or running under a lease that ran out
-           count(*) FILTER (WHERE (r.status = 'pending' OR r.locked_until < t.now)
-                              AND NOT (r.job = ANY(sv.jobs))) AS unserved
-    FROM fleet.job_runs r
-    WHERE r.schedule_name = s.name AND r.status IN ('pending', 'running')
-) o
-WHERE %(names)s::text[] IS NULL OR s.name = ANY(%(names)s::text[])
-ORDER BY s.name
+SELECT r.schedule_name,
+       count(*) FILTER (WHERE r.status = 'running') AS running,
+       count(*) FILTER (WHERE r.status = 'pending' AND r.run_after <= t.now) AS due,
+       count(*) FILTER (WHERE r.status = 'pending' AND r.run_after > t.now) AS waiting,
+       min(r.run_after) FILTER (WHERE r.status = 'pending' AND r.run_after <= t.now) AS oldest_due,
+       min(r.scheduled_for) FILTER (WHERE r.status = 'pending' AND r.run_after > t.now
+                                      AND r.scheduled_for > t.now AND r.origin = 'schedule') AS ahead,
+       -- open runs no live worker can take: due and pending, or running under a lease that ran out
+       count(*) FILTER (WHERE ((r.status = 'pending' AND r.run_after <= t.now) OR r.locked_until < t.now)
+                          AND NOT (r.job = ANY(sv.jobs))) AS unserved
+FROM fleet.job_runs r, t, served sv
+WHERE r.status IN ('pending', 'running')
+  AND (%(names)s::text[] IS NULL OR r.schedule_name = ANY(%(names)s::text[]))
+GROUP BY r.schedule_name
 
 -- name: schedule_names
 SELECT name FROM fleet.schedules WHERE name = ANY(%(names)s::text[])
@@ -149,6 +232,11 @@ ungate AS (
     UPDATE fleet.schedules s SET running_slot = NULL
     FROM retried x
     WHERE s.name = x.schedule_name AND s.running_slot = x.scheduled_for
+),
+-- the schedule's newest finished run may have changed: health probes it again (fleet.rollup)
+dirtied AS (
+    UPDATE fleet.schedule_stats st SET dirty = st.dirty + 1
+    WHERE st.name = %(name)s AND EXISTS (SELECT 1 FROM retried)
 )
 SELECT scheduled_for FROM retried ORDER BY scheduled_for
 
@@ -169,6 +257,11 @@ ungate AS (
     UPDATE fleet.schedules s SET running_slot = NULL
     FROM discarded x
     WHERE s.name = x.schedule_name AND s.running_slot = x.scheduled_for
+),
+-- the schedule's newest finished run may have changed: health probes it again (fleet.rollup)
+dirtied AS (
+    UPDATE fleet.schedule_stats st SET dirty = st.dirty + 1
+    WHERE st.name = %(name)s AND EXISTS (SELECT 1 FROM discarded)
 )
 SELECT scheduled_for FROM discarded ORDER BY scheduled_for
 

@@ -1,5 +1,5 @@
 -- Read-only statements of `fleetctl up`: its start-up checks and its live view (whose verdicts
--- come from `fleetctl status`). It reads unfinished runs, dead runs and the last hour, through indexes.
+-- come from `fleetctl status`). It reads the schedules' health and the runs of the last hour, through indexes.
 
 -- name: schedule_count
 SELECT count(*) AS n FROM fleet.schedules
@@ -9,40 +9,35 @@ SELECT count(*) AS n FROM fleet.schedules
 SELECT job, array_agg(name ORDER BY name) AS schedules
 FROM fleet.schedules WHERE enabled GROUP BY job ORDER BY job
 
--- name: schedule_overview
-SELECT s.name, s.job,
-       extract(epoch FROM s.next_run_at - now())::float8 AS next_in_s,
-       last.status::text AS last_status,
-       extract(epoch FROM now() - last.scheduled_for)::float8 AS last_ago_s,
-       open.pending, open.running,
-       recent.done, recent.skipped, dead.dead, tries.retried
-FROM fleet.schedules s
-LEFT JOIN LATERAL (
-    SELECT r.scheduled_for, r.status FROM fleet.job_runs r
-    WHERE r.schedule_name = s.name AND r.scheduled_for <= now()
-    ORDER BY r.scheduled_for DESC LIMIT 1
-) last ON true
+-- name: clock_now
+-- The database's now, which the view measures "ago" and "in" against.
+SELECT now() AS now
+
+-- name: run_recent_counts
+-- Per schedule, the runs that finished in the last hour (through job_runs_finished) by status, and
+-- the attempts that failed, timed out or lost their lease in the last hour among those runs and
+-- the open ones (through job_attempts' primary key): what happened lately, in runs of the last hour,
+-- not in the schedule's whole history. Each schedule's verdict and numbers come from `status`.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) - interval '1 hour' AS since),
+recent AS (
+    SELECT r.schedule_name, r.scheduled_for, r.status FROM fleet.job_runs r, t
+    WHERE r.status IN ('done', 'dead', 'skipped') AND r.finished_at > t.since
+    UNION ALL
+    SELECT r.schedule_name, r.scheduled_for, r.status FROM fleet.job_runs r
+    WHERE r.status IN ('pending', 'running')
+)
+SELECT x.schedule_name,
+       count(*) FILTER (WHERE x.status = 'done') AS done,
+       count(*) FILTER (WHERE x.status = 'skipped') AS skipped,
+       coalesce(sum(a.n), 0)::bigint AS retried
+FROM recent x
+CROSS JOIN t
 CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE r.status = 'pending') AS pending,
-           count(*) FILTER (WHERE r.status = 'running') AS running
-    FROM fleet.job_runs r
-    WHERE r.schedule_name = s.name AND r.status IN ('pending', 'running')
-) open
-CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE r.status = 'done') AS done,
-           count(*) FILTER (WHERE r.status = 'skipped') AS skipped
-    FROM fleet.job_runs r
-    WHERE r.schedule_name = s.name AND r.scheduled_for > now() - interval '1 hour'
-) recent
-CROSS JOIN LATERAL (
-    SELECT count(*) AS dead FROM fleet.job_runs r WHERE r.schedule_name = s.name AND r.status = 'dead'
-) dead
-CROSS JOIN LATERAL (
-    SELECT count(*) AS retried FROM fleet.job_attempts a
-    WHERE a.schedule_name = s.name AND a.scheduled_for > now() - interval '1 hour'
-      AND a.outcome IN ('failed', 'timeout', 'lease_expired')
-) tries
-ORDER BY s.name
+    SELECT count(*) AS n FROM fleet.job_attempts a
+    WHERE a.schedule_name = x.schedule_name AND a.scheduled_for = x.scheduled_for
+      AND a.finished_at > t.since AND a.outcome IN ('failed', 'timeout', 'lease_expired')
+) a
+GROUP BY x.schedule_name
 
 -- name: process_overview
 -- Tickers and workers seen in the last minute, on every host.

@@ -267,3 +267,37 @@ SELECT extract(epoch FROM least(
             WHERE status = 'running' AND locked_until > t.now AND job = ANY(%(jobs)b::text[])))
        - t.now)::float8 AS wait_s
 FROM t
+
+-- name: run_expire
+-- One batch of a schedule's retention: its done and skipped runs (a discarded dead run is skipped;
+-- a dead, pending or running run is never touched) that finished before the cutoff, walked along
+-- the primary key from slot `after` (a run finishes after its slot, so slots past the cutoff need
+-- no look). The schedule's newest successful and newest finished runs stay, for its health. The
+-- delete repeats the conditions: a run changed meanwhile (retried) is rechecked and stays. Its
+-- attempts go with it (trigger job_runs_delete_attempts). `found` = `limit`: more may be left.
+WITH keep AS (
+    SELECT (SELECT r.scheduled_for FROM fleet.job_runs r
+            WHERE r.schedule_name = %(name)s AND r.status = 'done'
+            ORDER BY r.scheduled_for DESC LIMIT 1) AS done_slot,
+           (SELECT r.scheduled_for FROM fleet.job_runs r
+            WHERE r.schedule_name = %(name)s AND r.status IN ('done', 'dead', 'skipped')
+            ORDER BY r.scheduled_for DESC LIMIT 1) AS finished_slot
+),
+batch AS (
+    SELECT r.scheduled_for
+    FROM fleet.job_runs r, keep k
+    WHERE r.schedule_name = %(name)s
+      AND r.scheduled_for > %(after)s AND r.scheduled_for < %(cutoff)s
+      AND r.status IN ('done', 'skipped') AND r.finished_at < %(cutoff)s
+      AND r.scheduled_for IS DISTINCT FROM k.done_slot AND r.scheduled_for IS DISTINCT FROM k.finished_slot
+    ORDER BY r.scheduled_for
+    LIMIT %(limit)s
+),
+gone AS (
+    DELETE FROM fleet.job_runs r
+    WHERE r.schedule_name = %(name)s AND r.scheduled_for IN (SELECT b.scheduled_for FROM batch b)
+      AND r.status IN ('done', 'skipped') AND r.finished_at < %(cutoff)s
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone) AS runs, (SELECT count(*) FROM batch) AS found,
+       (SELECT max(b.scheduled_for) FROM batch b) AS last_slot

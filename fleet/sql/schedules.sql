@@ -11,17 +11,18 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now
 -- Read without row locks: apply compares, then writes (and so locks) only the rows that changed.
 -- The definition columns are written by apply alone, and applies hold schedule_lock_apply.
 SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_catchup,
-       max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, enabled, timing_hash
+       max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, enabled,
+       timing_hash
 FROM fleet.schedules
 ORDER BY name
 
 -- name: schedule_insert
 INSERT INTO fleet.schedules (name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
                        max_catchup, max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
-                       next_run_at, timing_hash)
+                       retention, next_run_at, timing_hash)
 VALUES (%(name)s, %(every)s, %(cron)s, %(timezone)s, %(start_at)s, %(dst_repeated)s, %(dst_missing)s, %(job)s,
         %(args)s, %(catchup)s, %(max_catchup)s, %(max_lateness)s, %(grace)s, %(overlap)s, %(timeout)s, %(max_attempts)s,
-        %(retry_base)s, %(retry_cap)s, %(next_run_at)s, %(timing_hash)s)
+        %(retry_base)s, %(retry_cap)s, %(retention)s, %(next_run_at)s, %(timing_hash)s)
 
 -- name: schedule_update
 -- A schedule whose definition changed; a null next_run_at keeps the planned slot.
@@ -30,7 +31,7 @@ SET every = %(every)s, cron = %(cron)s, timezone = %(timezone)s, start_at = %(st
     dst_repeated = %(dst_repeated)s, dst_missing = %(dst_missing)s, job = %(job)s, args = %(args)s,
     catchup = %(catchup)s, max_catchup = %(max_catchup)s, max_lateness = %(max_lateness)s, grace = %(grace)s, overlap = %(overlap)s,
     timeout = %(timeout)s, max_attempts = %(max_attempts)s, retry_base = %(retry_base)s,
-    retry_cap = %(retry_cap)s, enabled = true,
+    retry_cap = %(retry_cap)s, retention = %(retention)s, enabled = true,
     next_run_at = coalesce(%(next_run_at)s, next_run_at), timing_hash = %(timing_hash)s, updated_at = now()
 WHERE name = %(name)s
 
@@ -65,3 +66,12 @@ SELECT extract(epoch FROM min(next_run_at) - coalesce(%(now)s::timestamptz, now(
                           - %(lookahead)s::interval)::float8 AS wait_s
 FROM fleet.schedules
 WHERE enabled AND paused_at IS NULL
+
+-- name: schedule_retention_page
+-- The next schedules of a retention pass, in name order from `after` (included with `inclusive`),
+-- each with its cutoff: the pass's start minus the schedule's own retention, or the fleet's default.
+SELECT s.name, %(start)s::timestamptz - coalesce(s.retention, %(default)s::interval) AS cutoff
+FROM fleet.schedules s
+WHERE s.name > %(after)s OR (%(inclusive)s AND s.name = %(after)s)
+ORDER BY s.name
+LIMIT %(limit)s

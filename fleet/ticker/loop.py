@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from fleet import logs, telemetry
+from fleet import chores, logs, telemetry
 from fleet.db import (
     connect,
     connect_retrying,
@@ -27,6 +27,7 @@ from fleet.migrate import check_schema
 from fleet.queries import q
 from fleet.registry import process_register, process_remove, process_touch
 from fleet.settings import TickerSettings
+from fleet.ticker.housekeeping import ticker_chores
 from fleet.ticker.tick import TickResult, run_once
 
 _RECONNECT_DEADLINE_S = 365 * 86400.0  # keep trying: a process manager restarting us helps nobody
@@ -44,6 +45,7 @@ class Ticker:
         self.conn: psycopg.Connection[Any] | None = None
         self.listen: psycopg.Connection[Any] | None = None
         self.is_leader = not settings.leader
+        self.chores = ticker_chores(settings)
         self.last_touch = 0.0
         self.ticks = 0
         # db_unavailable and db_error: when the trouble starts, then every 30 s while it lasts
@@ -64,6 +66,7 @@ class Ticker:
         self.listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(SCHEDULES_CHANNEL)))
         check_schema(self.conn)
         process_register(self.conn, self.settings.ticker_id, "ticker")
+        chores.register(self.conn, self.chores)
         self._unavailable_log.reset()
         self.is_leader = not self.settings.leader
 
@@ -151,10 +154,16 @@ class Ticker:
             return True
         if result.still_due:
             return False
+        # Housekeeping between ticks, one small step per due chore, so a slot never waits long.
+        stepped = chores.run_due(self.conn, self.chores)
         row = self.conn.execute(
             q("schedule_next_wait"), {"now": None, "lookahead": self.lookahead}
         ).fetchone()
         wait = row["wait_s"] if row and row["wait_s"] is not None else s.poll_s
+        chore_wait = chores.next_wait(self.conn, self.chores)
+        if chore_wait is not None and not s.until_idle:
+            # a chore due but held by another ticker: look again shortly, not in a busy loop
+            wait = min(wait, max(chore_wait, 0.0 if stepped else 0.1))
         if s.until_idle and wait > 0:
             return True
         self._wait(max(0.0, min(wait, s.poll_s)))

@@ -1,11 +1,22 @@
 """`python -m loadtest.bench`: measure fleet beside PostgreSQL's limit and beside the peers, in one run
 on one server, print one table and optionally write it as JSON.
 
-Sections (--only): limit (pgbench), drain (a backlog of no-op runs, peak RSS, round trips),
-lag (slot to handler start), ticker (materialisation rate, CPU), history (drain over 5 million
-finished rows), reclaim (SIGKILL to retake), async (one worker running 1,000 async handlers that each
-sleep 1 s: first claim to last finish), metrics (a scrape and its computation at 20,000 schedules),
-peers (procrastinate and pgqueuer in drain and lag).
+Sections (--only), one line each:
+    limit      pgbench on fleet's own table: PostgreSQL's limit
+    drain      a backlog of no-op runs, peak RSS, round trips
+    lag        slot to handler start
+    herd       100,000 schedules due in the same second
+    sustained  100,000 schedules every minute for 10 minutes: lag, missed slots, ticker CPU
+    claimers   4, 16 and 64 worker processes draining one backlog, and their connections
+    ticker     materialisation rate, CPU
+    history    the drain over millions of finished rows
+    reclaim    SIGKILL to retake
+    async      one worker running 1,000 async handlers that each sleep 1 s
+    metrics    a scrape and its computation at 20,000 schedules
+    health     status --json and the metrics at 100,000 schedules over 20 million runs
+    retention  claim latency while a retention pass deletes old finished runs, and its rate
+    dashboard  each page at 10,000 schedules and 5 million runs, the load of a live overview
+    peers      procrastinate and pgqueuer in drain and lag
 """
 
 from __future__ import annotations
@@ -34,18 +45,24 @@ MODULES = {
     "limit": "loadtest.bench.limit",
     "drain": "loadtest.bench.drain",
     "lag": "loadtest.bench.lag",
+    "herd": "loadtest.bench.herd",
+    "sustained": "loadtest.bench.sustained",
+    "claimers": "loadtest.bench.claimers",
     "ticker": "loadtest.bench.ticker_cost",
     "history": "loadtest.bench.history",
     "reclaim": "loadtest.bench.reclaim",
     "async": "loadtest.bench.async_handlers",
     "metrics": "loadtest.bench.metrics_scrape",
+    "dashboard": "loadtest.bench.dashboard_cost",
+    "retention": "loadtest.bench.retention",
+    "health": "loadtest.bench.health_status",
 }
 
 
 def parse(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
     p = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "--quick", action="store_true", help="small sizes, one repetition; skips history and peers"
+        "--quick", action="store_true", help="small sizes, one repetition; skips history, peers and sustained"
     )
     p.add_argument("--only", help=f"comma-separated sections: {', '.join(SECTIONS)}")
     p.add_argument(
@@ -57,6 +74,14 @@ def parse(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
         "--backlog", type=int, help="due no-op runs per drain trial and per pgbench run (200000, quick 10000)"
     )
     p.add_argument("--workers", default="1,2,4", help="fleet-worker process counts for the drain (1,2,4)")
+    p.add_argument("--herd", type=str, help="schedules due in the same second (100000, quick 5000)")
+    p.add_argument("--sustained", type=str, help="schedules every minute (100000, quick 5000)")
+    p.add_argument(
+        "--sustained-minutes", type=str, help="whole minutes the sustained load is measured (10, quick 2)"
+    )
+    p.add_argument(
+        "--claimers", default="4,16,64", help="worker process counts draining one backlog (4,16,64)"
+    )
     p.add_argument("--log-dir", type=Path, help="where process logs go (default: a new temporary directory)")
     a = p.parse_args(argv)
     if a.only:
@@ -70,8 +95,47 @@ def parse(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
         sections = tuple(s for s in sections if s != "peers")
     if a.repeat is not None and a.repeat < 1:
         p.error("--repeat: at least 1")
-    workers = tuple(int(w) for w in a.workers.split(","))
-    return options(sections, a.quick, a.repeat, a.backlog, workers), a
+    workers = counts(p, "--workers", a.workers)
+    sizes = {
+        flag: count(p, flag, text)
+        for flag, text in (
+            ("--herd", a.herd),
+            ("--sustained", a.sustained),
+            ("--sustained-minutes", a.sustained_minutes),
+        )
+        if text is not None
+    }
+    opts = options(
+        sections,
+        a.quick,
+        a.repeat,
+        a.backlog,
+        workers,
+        herd=sizes.get("--herd"),
+        sustained=sizes.get("--sustained"),
+        sustained_minutes=sizes.get("--sustained-minutes"),
+        claimers=counts(p, "--claimers", a.claimers),
+    )
+    return opts, a
+
+
+def count(p: argparse.ArgumentParser, flag: str, text: str) -> int:
+    """A positive whole number given to `flag`; exits with a one-line error (code 2) otherwise."""
+    try:
+        n = int(text)
+    except ValueError:
+        p.error(f"{flag}: must be a whole number, got {text!r}")
+    if n < 1:
+        p.error(f"{flag}: must be at least 1, got {n}")
+    return n
+
+
+def counts(p: argparse.ArgumentParser, flag: str, text: str) -> tuple[int, ...]:
+    """Comma-separated positive whole numbers given to `flag`, at least one."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        p.error(f"{flag}: must list at least one number")
+    return tuple(count(p, flag, t) for t in items)
 
 
 def peers_installed() -> bool:

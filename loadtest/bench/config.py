@@ -9,9 +9,25 @@ from pathlib import Path
 from loadtest.bench.procs import Processes
 from loadtest.bench.server import Server
 
-SECTIONS = ("limit", "drain", "lag", "ticker", "history", "reclaim", "async", "metrics", "peers")
-# Left out of --quick unless named with --only: they take minutes.
-SLOW_SECTIONS = ("history", "peers")
+SECTIONS = (
+    "limit",
+    "drain",
+    "lag",
+    "herd",
+    "sustained",
+    "claimers",
+    "ticker",
+    "history",
+    "reclaim",
+    "async",
+    "metrics",
+    "retention",
+    "health",
+    "dashboard",
+    "peers",
+)
+# Left out of --quick unless named with --only: they take minutes even at the quick sizes.
+SLOW_SECTIONS = ("history", "peers", "sustained")
 
 # The worker flags every fleet measurement uses (the issue's, equal to the defaults for --claim-batch).
 WORKER_FLAGS = ("--concurrency", "100", "--claim-batch", "100")
@@ -33,10 +49,24 @@ class Options:
     history_rows: int  # finished rows under the drain in the history variant
     kills: int  # SIGKILLs in the reclaim test
     lease_s: float  # lease in the reclaim test
+    retention_rows: int  # old finished runs the retention pass removes under load
+    herd: int = 100_000  # schedules due in the same second (herd)
+    sustained: int = 100_000  # schedules every minute (sustained)
+    sustained_minutes: int = 10  # whole minutes measured (sustained)
+    claimers: tuple[int, ...] = (4, 16, 64)  # worker processes draining one backlog (claimers)
 
 
 def options(
-    sections: tuple[str, ...], quick: bool, repeat: int | None, backlog: int | None, workers: tuple[int, ...]
+    sections: tuple[str, ...],
+    quick: bool,
+    repeat: int | None,
+    backlog: int | None,
+    workers: tuple[int, ...],
+    *,
+    herd: int | None = None,
+    sustained: int | None = None,
+    sustained_minutes: int | None = None,
+    claimers: tuple[int, ...] = (4, 16, 64),
 ) -> Options:
     """Full sizes, or the --quick ones (a smoke test: one repetition, short runs)."""
     return Options(
@@ -57,6 +87,11 @@ def options(
         history_rows=500_000 if quick else 5_000_000,
         kills=5 if quick else 20,
         lease_s=2.0,
+        retention_rows=300_000 if quick else 2_000_000,
+        herd=herd if herd is not None else (5_000 if quick else 100_000),
+        sustained=sustained if sustained is not None else (5_000 if quick else 100_000),
+        sustained_minutes=sustained_minutes if sustained_minutes is not None else (2 if quick else 10),
+        claimers=claimers,
     )
 
 

@@ -21,9 +21,15 @@ SECTIONS = {
     "limit": "PostgreSQL's limit: pgbench on fleet's own table",
     "drain": "Drain: a backlog of no-op runs",
     "lag": "Lag: from the slot's time to the handler's start",
+    "herd": "Herd: schedules due in the same second",
+    "sustained": "Sustained: schedules every minute, for minutes",
+    "claimers": "Claimers: many worker processes draining one backlog",
     "ticker": "Ticker: materialising slots",
     "history": "Drain over a long history of finished runs",
     "reclaim": "Reclaim after a worker is killed",
+    "dashboard": "Dashboard: each page's cost, and a live page's load on the database",
+    "retention": "Built-in retention under a steady claim load",
+    "health": "Health at 100,000 schedules over 20 million runs",
     "ratio": "Ratios between figures of this run",
 }
 SOURCE = "loadtest/bench/results"
@@ -81,10 +87,10 @@ def render(doc: dict[str, Any], source: str) -> str:
         out += [
             "",
             "A quick run (`--quick`) is a smoke test: one repetition of each drain over small "
-            "backlogs, short lag and ticker windows, no history and no peers. Its throughput figures "
-            "are noisier and lower than a full run's on the same machine, and the targets are set "
-            "for a full run: "
-            "`python -m loadtest.bench --json bench.json` (25 to 40 minutes), then "
+            "backlogs, short lag and ticker windows, a herd of 5,000, no history, no peers and no "
+            "sustained load. Its throughput figures are noisier and lower than a full run's on the same "
+            "machine, and the targets are set for a full run: "
+            "`python -m loadtest.bench --json bench.json` (45 to 65 minutes), then "
             "`python -m loadtest.bench.docs bench.json > docs/explanation/performance-figures.md`.",
         ]
     order = [s for s in SECTIONS if any(f.get("section") == s for f in figures)]

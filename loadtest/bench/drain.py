@@ -28,7 +28,8 @@ DONE_RUNS = (
 
 
 class FleetDrain:
-    """W fleet-worker processes, --concurrency 100 --claim-batch 100, logs to files."""
+    """W fleet-worker processes, --concurrency 100 --claim-batch 100, logs to files. The workers
+    reach the database through `worker_url` (a pooler) when given, with `flags` added."""
 
     backlog_cap: int | None = None
 
@@ -39,13 +40,28 @@ class FleetDrain:
         key: str = "",
         reset: Callable[[psycopg.Connection[Any]], None] = reset_runs,
         vacuum: tuple[str, ...] = ("fleet.job_runs",),
+        *,
+        worker_url: str | None = None,
+        flags: tuple[str, ...] = (),
+        label: str = "",
     ) -> None:
         self.url = url
+        self.worker_url = worker_url or url
+        self.flags = flags
         self.vacuum = vacuum
         self.processes = workers
         self.key = key or f"fleet.w{workers}"
-        self.label = f"fleet, {workers} worker{'s' if workers > 1 else ''}"
+        self.label = label or f"fleet, {workers} worker{'s' if workers > 1 else ''}"
         self.reset = reset
+
+    def ready(self, bench: Bench) -> bool:
+        """Every worker waits for wake-ups in LISTEN; through a transaction-pooling proxy, where no
+        session stays in LISTEN, every worker has registered."""
+        if self.worker_url == self.url:
+            return bench.server.listeners(self.url) >= self.processes
+        with connect(self.url, "fleet-bench") as conn:
+            row = conn.execute("SELECT count(*) AS n FROM fleet.processes WHERE kind = 'worker'").fetchone()
+        return bool(row and row["n"] >= self.processes)
 
     def trial(self, bench: Bench, n: int) -> Trial:
         with connect(self.url, "fleet-bench") as conn:
@@ -56,9 +72,15 @@ class FleetDrain:
             return [
                 bench.procs.start(
                     fleet_cmd(
-                        "fleet-worker", "--app", "loadtest.bench.jobs", "--id", f"bench-{i}", *WORKER_FLAGS
+                        "fleet-worker",
+                        "--app",
+                        "loadtest.bench.jobs",
+                        "--id",
+                        f"bench-{i}",
+                        *WORKER_FLAGS,
+                        *self.flags,
                     ),
-                    env_for(self.url),
+                    env_for(self.worker_url),
                     bench.log(f"drain-{self.key}-{i}"),
                 )
                 for i in range(self.processes)
@@ -73,12 +95,13 @@ class FleetDrain:
             bench,
             self.url,
             start=start,
-            ready=lambda: bench.server.listeners(self.url) >= self.processes,
+            ready=lambda: self.ready(bench),
             load=load,
             tables=self.vacuum,
             still_open=OPEN_RUNS,
             measure=DONE_RUNS,
             n=n,
+            ready_s=60.0 + self.processes,  # many processes start slowly on a few cores
         )
 
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 from loadtest.bench.report import Report
+
+CLAIMERS_WITHIN = 0.8  # the most claimers' throughput against the best count's
+_CLAIMERS = re.compile(r"claimers\.(direct|pgbouncer)\.w(\d+)")
 
 
 def add_ratios(report: Report) -> None:
+    add_claimers_ratio(report)
     pgq = _best(report, "drain.pgqueuer.b10", "drain.pgqueuer.b100")
     proc = _best(report, "drain.procrastinate.c1", "drain.procrastinate.c10")
     if pgq:
@@ -48,6 +54,31 @@ def add_ratios(report: Report) -> None:
                 f"limit.{script}.b100.busy_us_per_run",
                 leanest,
             )
+
+
+def add_claimers_ratio(report: Report) -> None:
+    """The most worker processes against the best count, on the path every count took: through
+    PgBouncer when some count needed it (then every count ran through it), else direct."""
+    paths: dict[str, dict[int, str]] = {}
+    for f in report.figures:
+        if m := _CLAIMERS.fullmatch(f.key):
+            paths.setdefault(m[1], {})[int(m[2])] = f.key
+    for path in ("pgbouncer", "direct"):
+        keys = paths.get(path, {})
+        if len(keys) < 2 or set(keys) != set().union(*paths.values()):
+            continue
+        most = max(keys)
+        best = _best(report, *keys.values())
+        if best:
+            report.ratio(
+                "ratio.claimers_most_vs_best",
+                f"claimers: {most} workers / the best count ({path})",
+                keys[most],
+                best,
+                target=f">= {CLAIMERS_WITHIN:g}",
+                ok=lambda r: r >= CLAIMERS_WITHIN,
+            )
+        return
 
 
 def _best(report: Report, *keys: str, lowest: bool = False) -> str | None:

@@ -57,16 +57,17 @@ def drain_trial(
     still_open: str,
     measure: str,
     n: int,
+    ready_s: float = 60.0,
 ) -> Trial:
     """Start the workers and wait until they are `ready`; pause them (SIGSTOP), `load` the backlog
     in one transaction, vacuum and analyse the `tables` it filled and checkpoint, as the limit's
     pgbench runs find their table; resume them (SIGCONT) all at once, wait until nothing is open,
     read RSS and CPU, stop the workers, then read the figures. `still_open` is a query returning one
     row with a boolean `open`; `measure` one with `n`, the runs done, and `s`, the seconds from the
-    first start to the last finish."""
+    first start to the last finish. The workers get `ready_s` to be ready."""
     procs = start()
     try:
-        wait_until(ready, 60, "the workers to be ready", procs=bench.procs, watched=procs)
+        wait_until(ready, ready_s, "the workers to be ready", procs=bench.procs, watched=procs)
         time.sleep(0.5)
         for p in procs:
             p.signal(signal.SIGSTOP)

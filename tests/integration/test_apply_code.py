@@ -34,7 +34,7 @@ def tick(ctx):
 
 cleanup = fleet.Schedule(
     name="cleanup", every="1h", job="cleanup.run", args={"days": 30}, overlap="queue",
-    retry={"max_attempts": 3, "base": "10s"},
+    retry={"max_attempts": 3, "base": "10s"}, retention="90d",
 )
 """
 
@@ -91,13 +91,15 @@ def test_code_and_file_schedules_are_applied_together(
         "tick",
     )
     c = got["cleanup"]
-    assert (c["job"], c["args"], c["overlap"], c["max_attempts"], c["retry_base"]) == (
+    assert (c["job"], c["args"], c["overlap"], c["max_attempts"], c["retry_base"], c["retention"]) == (
         "cleanup.run",
         {"days": 30},
         "queue",
         3,
         timedelta(seconds=10),
+        timedelta(days=90),
     )
+    assert got["tick"]["retention"] is None
 
     # The same module and file again: nothing to write.
     before = snapshot(conn)
@@ -209,7 +211,7 @@ def test_plan_prints_field_by_field_and_writes_nothing(
     f = tmp_path / "next.toml"
     f.write_text(
         '[[schedule]]\nname = "keep"\nevery = "5m"\njob = "noop2"\nargs = { a = true }\n'
-        "retry = { max_attempts = 2 }\n"
+        'retry = { max_attempts = 2 }\nretention = "7d"\n'
         '[[schedule]]\nname = "timing"\nevery = "10m"\njob = "noop"\n'
         '[[schedule]]\nname = "same"\nevery = "5m"\njob = "noop"\n'
         '[[schedule]]\nname = "new"\ncron = "0 2 * * *"\ntimezone = "Europe/Berlin"\njob = "noop"\n'
@@ -222,6 +224,7 @@ def test_plan_prints_field_by_field_and_writes_nothing(
         "      job: 'noop' → 'noop2'",
         '      args: {} → {"a":true}',
         "      retry.max_attempts: 6 → 2",
+        "      retention: - → 7d",
         "~ replan   timing",
         "      every: 5m → 10m",
         "+ create   new: cron 0 2 * * * (Europe/Berlin), job noop",

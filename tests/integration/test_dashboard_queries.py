@@ -58,3 +58,27 @@ def test_dashboard_statements_use_indexes_and_limits(big: psycopg.Connection[Any
 
     rows = big.execute(q("run_recent_strip"), {"names": ["s1", "s2"], "per": 24}).fetchall()
     assert len(rows) == 48 and rows[0]["scheduled_for"] > rows[1]["scheduled_for"]
+
+
+def test_the_overview_verdicts_are_computed_once_per_refresh_and_afresh_after_an_action(
+    conn: psycopg.Connection[Any],
+) -> None:
+    from fleet.ops.dashboard.pages import SharedHealth
+    from tests.support import apply_text
+
+    now = [100.0]
+    shared = SharedHealth(max_age_s=2.7, clock=lambda: now[0])
+    apply_text(conn, '[[schedule]]\nname = "a"\nevery = "60s"\njob = "noop"\n')
+    assert [h.name for h in shared.get(conn)] == ["a"]
+    apply_text(
+        conn,
+        '[[schedule]]\nname = "a"\nevery = "60s"\njob = "noop"\n[[schedule]]\nname = "b"\nevery = "60s"\njob = "noop"\n',
+    )
+    now[0] += 2.0
+    assert [h.name for h in shared.get(conn)] == ["a"]  # shared: still the computation of 2 s ago
+    now[0] += 0.7
+    assert [h.name for h in shared.get(conn)] == ["a", "b"]  # aged out: computed again
+    conn.execute("UPDATE fleet.schedules SET paused_at = now() WHERE name = 'b'")
+    assert [h.verdict for h in shared.get(conn)] == ["OK", "OK"]
+    shared.invalidate()  # an action from the dashboard: the next page shows its effect
+    assert [h.verdict for h in shared.get(conn)] == ["OK", "PAUSED"]

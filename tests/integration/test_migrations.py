@@ -12,13 +12,23 @@ from psycopg.conninfo import make_conninfo
 from fleet.db import connect
 from fleet.migrate import current_version, migrate, migrations
 
-EXPECTED_TABLES = {"schedules", "job_runs", "job_attempts", "processes", "migrations"}
+EXPECTED_TABLES = {
+    "schedules",
+    "job_runs",
+    "job_attempts",
+    "processes",
+    "migrations",
+    "chores",
+    "schedule_stats",
+}
 EXPECTED_INDEXES = {
     "job_runs_pending",
     "job_runs_leases",
     "job_runs_open",
     "job_runs_finished",
     "schedules_due",
+    "chores_pkey",
+    "schedule_stats_pkey",
 }
 
 

@@ -11,9 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from fleet.apply import apply_specs
 from fleet.schedfile import load
+from loadtest.bench.backlog import add_schedule
+from loadtest.bench.bouncer import PGBOUNCER, bouncer
+from loadtest.bench.bouncer import WORKER_FLAGS as BOUNCER_FLAGS
+from loadtest.bench.claimers import SampledDrain
+from loadtest.bench.config import Bench, options
+from loadtest.bench.server import Server
 from loadtest.bench.ticker_cost import materialise
 from tests.support import ROOT
 
@@ -85,3 +92,53 @@ def test_the_async_section_reports_a_thousand_async_handlers(server_url: str, tm
     # The handlers sleep 1 s each: a span of at least that proves they ran, one trial in --quick.
     assert span["value"] >= 1.0 and len(span["trials"]) == 1 and span["target"] == "<= 2", span
     assert figures["async.worker_cpu"]["value"] > 0 and figures["async.peak_rss"]["value"] > 0
+
+
+def test_the_herd_sustained_and_claimers_sections_report_their_figures(
+    server_url: str, tmp_path: Path
+) -> None:
+    """Small sizes: 300 schedules in one second, 120 every minute for one minute, 1 and 2 claimers."""
+    out = tmp_path / "bench.json"
+    argv = [sys.executable, "-m", "loadtest.bench", "--only", "herd,sustained,claimers", "--repeat", "1"]
+    argv += ["--herd", "300", "--sustained", "120", "--sustained-minutes", "1", "--claimers", "1,2"]
+    argv += ["--backlog", "2000", "--database-url", server_url, "--json", str(out)]
+    argv += ["--log-dir", str(tmp_path / "logs")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=400, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = {f["key"]: f for f in json.loads(out.read_text())["figures"]}
+    assert (
+        figures["herd.slot_to_last_start"]["value"] > 0
+        and figures["herd.slot_to_last_start"]["target"] == "< 5"
+    )
+    assert figures["herd.lag.p99"]["value"] >= figures["herd.lag.p50"]["value"] > 0
+    assert "herd.slot_to_last_created" in figures and figures["herd.created_ahead"]["value"] >= 0
+    # Every slot of the minute had its run: the schedules' slots and the window line up.
+    assert figures["sustained.missed"]["value"] == 0 and figures["sustained.missed"]["ok"] is True
+    assert figures["sustained.not_started"]["value"] == 0
+    assert figures["sustained.lag.p50"]["value"] > 0 and figures["sustained.ticker_cpu"]["value"] > 0
+    assert figures["claimers.direct.w1"]["value"] > 0 and figures["claimers.direct.w2"]["value"] > 0
+    assert figures["claimers.connections_per_worker"]["value"] == 3
+    assert figures["ratio.claimers_most_vs_best"]["target"] == ">= 0.8"
+
+
+@pytest.mark.skipif(PGBOUNCER is None, reason="pgbouncer (Debian package pgbouncer) not installed")
+def test_a_claimers_drain_runs_through_pgbouncer(server_url: str, tmp_path: Path) -> None:
+    """The path a fleet past max_connections takes: workers through PgBouncer in transaction mode,
+    without LISTEN wake-ups, ready once registered; the sampled sessions are PgBouncer's."""
+    server = Server(server_url)
+    bench = Bench(options(("claimers",), True, 1, 500, (1,)), server, tmp_path / "logs")
+    try:
+        url = server.database("pgbouncer")
+        with psycopg.connect(url, autocommit=True) as conn:
+            add_schedule(conn)
+        with bouncer(bench, url, 30, pool_size=3) as through:
+            drain = SampledDrain(
+                server.url, url, 2, key="pgbouncer.w2", worker_url=through, flags=BOUNCER_FLAGS
+            )
+            trial = drain.trial(bench, 500)
+        assert trial.runs == 500 and trial.rate > 0
+        (activity,) = drain.activity
+        assert 1 <= activity.peak <= 3  # the pool's server connections, never the clients'
+    finally:
+        bench.close()
+    assert not bench.procs.started

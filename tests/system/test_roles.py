@@ -70,8 +70,21 @@ def test_each_role_does_its_work_and_nothing_more(
     sched = tmp_path / "s.toml"
     sched.write_text(SCHEDULES)
     assert fleetctl(["--database-url", role_urls["operator"], "apply", str(sched)]) == 0
+    # History for the ticker's retention: an old done run with its attempt goes, an old dead one stays.
+    for kind, slot in (("done", "2000-01-01T00:00Z"), ("dead", "2000-01-02T00:00Z")):
+        conn.execute(
+            "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, status, attempts, run_after,"
+            " finished_at) VALUES ('gated', %s, 'noop', %s, 1, %s, %s)",
+            (slot, kind, slot, slot),
+        )
+        conn.execute(
+            "INSERT INTO fleet.job_attempts (schedule_name, scheduled_for, attempt, worker_id, started_at)"
+            " VALUES ('gated', %s, 1, 'w', %s)",
+            (slot, slot),
+        )
     with processes() as procs:
-        procs.append(Proc(ticker_cmd("--poll", "0.5"), env_for(role_urls["ticker"]), tmp_path / "ticker.log"))
+        ticker_flags = ("--poll", "0.5", "--retention-every", "1")
+        procs.append(Proc(ticker_cmd(*ticker_flags), env_for(role_urls["ticker"]), tmp_path / "ticker.log"))
         for i in range(2):
             procs.append(
                 Proc(
@@ -84,6 +97,21 @@ def test_each_role_does_its_work_and_nothing_more(
             lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") >= 3,
             timeout=30,
             what="three runs done by the ticker and worker roles",
+        )
+        wait_for(
+            lambda: (
+                scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE scheduled_for < '2001-01-01'") == 1
+            ),
+            timeout=30,
+            what="the old done run removed by the ticker role's retention",
+        )
+        wait_for(
+            lambda: (
+                scalar(conn, "SELECT count(*) FROM fleet.schedule_stats WHERE last_success_at IS NOT NULL")
+                >= 1
+            ),
+            timeout=30,
+            what="the ticker role's health roll-up",
         )
         for p in procs:
             assert p.popen.poll() is None, p.output()
@@ -123,10 +151,32 @@ def test_each_role_does_its_work_and_nothing_more(
         "VALUES ('gated', '2001-01-01T00:00Z', 'noop', '{\"cmd\": \"rm\"}', now())",
     )
     assert "permission denied" in denied(ticker, "UPDATE fleet.schedules SET args = '{}'")
+    # Its retention removed the old done run with its attempt (through the trigger), not the dead
+    # one; it cannot delete a dead, pending or running run, nor an attempt by itself.
+    old = conn.execute(
+        "SELECT r.status::text AS status, count(a.*) AS attempts FROM fleet.job_runs r"
+        " LEFT JOIN fleet.job_attempts a USING (schedule_name, scheduled_for)"
+        " WHERE r.scheduled_for < '2001-01-01' GROUP BY r.status"
+    ).fetchall()
+    assert old == [{"status": "dead", "attempts": 1}]
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_attempts WHERE scheduled_for < '2001-01-01'") == 1
+    conn.execute(
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, status, run_after)"
+        " VALUES ('gated', '2000-01-03T00:00Z', 'noop', 'pending', '2999-01-01T00:00Z')"
+    )
+    with connect(ticker, "fleet-tests ticker") as c:
+        gone = c.execute("DELETE FROM fleet.job_runs WHERE status IN ('dead', 'pending', 'running')")
+        assert gone.rowcount == 0
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE scheduled_for < '2001-01-01'") == 2
+    assert "permission denied" in denied(ticker, "DELETE FROM fleet.job_attempts")
     # A reader reads; an operator changes schedules and runs, never the schema.
     assert "permission denied" in denied(role_urls["reader"], "DELETE FROM fleet.job_runs")
     assert "must be owner" in denied(role_urls["operator"], "DROP TABLE fleet.job_runs")
     assert "permission denied" in denied(role_urls["operator"], "CREATE TABLE fleet.mine (x int)")
+    # An operator's retry marks the schedule's health stats for a fresh look.
+    retry = ["--database-url", role_urls["operator"], "retry", "gated", "2000-01-02T00:00Z"]
+    assert fleetctl(retry) == 0
+    assert scalar(conn, "SELECT dirty FROM fleet.schedule_stats WHERE name = 'gated'") >= 1
 
 
 def test_a_permission_error_is_one_line_and_exit_2(

@@ -44,6 +44,15 @@ def test_defaults() -> None:
     assert (s.max_attempts, s.retry_base, s.retry_cap) == (6, timedelta(seconds=30), timedelta(minutes=15))
 
 
+def test_retention_is_the_tickers_default_unless_given() -> None:
+    (a, b, c) = load(
+        '[[schedule]]\nname = "a"\nevery = "5m"\njob = "j"\n'
+        '[[schedule]]\nname = "b"\nevery = "5m"\njob = "j"\nretention = "1h"\n'
+        '[[schedule]]\nname = "c"\nevery = "5m"\njob = "j"\nretention = "3660d"\n'
+    )
+    assert (a.retention, b.retention, c.retention) == (None, timedelta(hours=1), timedelta(days=3660))
+
+
 def test_start_at_without_offset_is_read_in_the_schedule_zone() -> None:
     (s,) = load(
         '[[schedule]]\nname = "a"\ncron = "0 2 * * *"\ntimezone = "Europe/Berlin"\njob = "j"\n'
@@ -72,6 +81,10 @@ def test_timing_hash_changes_only_with_timing() -> None:
         ('name = "a"\nevery = "1m"\njob = "j"\nstart_at = "yesterday"', "start_at"),
         ('name = "a"\nevery = "1m"\njob = "j"\ndst_repeated = "both"', "dst_repeated"),
         ('name = "a"\nevery = "1m"\njob = "j"\nmax_lateness = "0s"', "max_lateness"),
+        ('name = "a"\nevery = "1m"\njob = "j"\nretention = "59m"', "retention"),
+        ('name = "a"\nevery = "1m"\njob = "j"\nretention = "3661d"', "retention"),
+        ('name = "a"\nevery = "1m"\njob = "j"\nretention = "forever"', "retention"),
+        ('name = "a"\nevery = "1m"\njob = "j"\nretention = 0', "retention"),
     ],
 )
 def test_problems_name_the_field(entry: str, field: str) -> None:

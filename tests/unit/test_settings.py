@@ -3,6 +3,8 @@ flag, before anything starts; durations are finite and at most a week."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from fleet.errors import ConfigError
@@ -42,6 +44,36 @@ def test_the_environment_fallbacks_are_checked_alike() -> None:
         worker_settings(APP, {"FLEET_LEASE": "inf"})
     with pytest.raises(ConfigError, match="--poll: must be positive"):
         ticker_settings([], {"FLEET_TICKER_POLL": "nan"})
+
+
+@pytest.mark.parametrize(
+    ("flags", "environ", "named"),
+    [
+        (["--retention", "30m"], {}, "--retention: must be from 1h to 3660 days, or off"),
+        (["--retention", "3661d"], {}, "--retention: must be from 1h to 3660 days, or off"),
+        ([], {"FLEET_RETENTION": "never"}, "--retention: invalid duration"),
+        (["--retention-every", "0"], {}, "--retention-every: must be positive"),
+        ([], {"FLEET_RETENTION_EVERY": "inf"}, "--retention-every: must be at most"),
+        (["--retention-batch", "0"], {}, "--retention-batch: must be positive"),
+        (["--retention-batch", "100001"], {}, "--retention-batch: must be at most 100000"),
+    ],
+)
+def test_bad_retention_settings_are_refused_by_name(
+    flags: list[str], environ: dict[str, str], named: str
+) -> None:
+    with pytest.raises(ConfigError, match=named):
+        ticker_settings(flags, environ)
+
+
+def test_retention_has_a_default_an_off_and_env_fallbacks() -> None:
+    s = ticker_settings([], {})
+    assert (s.retention, s.retention_every_s, s.retention_batch) == (timedelta(days=30), 3600.0, 2000)
+    assert ticker_settings(["--retention", "OFF"], {}).retention is None
+    s = ticker_settings(
+        [], {"FLEET_RETENTION": "1h", "FLEET_RETENTION_EVERY": "2.5", "FLEET_RETENTION_BATCH": "10"}
+    )
+    assert (s.retention, s.retention_every_s, s.retention_batch) == (timedelta(hours=1), 2.5, 10)
+    assert ticker_settings(["--retention", "7d"], {"FLEET_RETENTION": "off"}).retention == timedelta(days=7)
 
 
 def test_edges_that_are_allowed() -> None:

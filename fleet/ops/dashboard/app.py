@@ -100,6 +100,9 @@ class Dashboard:
         self.pool = pool
         # A secret of this process, in every form: a page of another site cannot know it.
         self.csrf = secrets.token_urlsafe(32)
+        # the overview's verdicts, shared by every page open on it: computed at most once per
+        # refresh period however many operators watch
+        self.health = pages.SharedHealth(max_age_s=settings.refresh_s * 0.9)
         self._flashes: OrderedDict[str, str] = OrderedDict()
         self._flash_lock = threading.Lock()
         self.env = jinja2.Environment(
@@ -186,7 +189,7 @@ class Dashboard:
             if verdict is not None and verdict not in pages.VERDICTS:
                 raise UsageError(f"verdict: one of {', '.join(pages.VERDICTS)}, got {verdict!r}")
             page = _int(req.query.get("page"), "page", 1)
-            data = self._read(lambda c: pages.overview(c, verdict, req.query.get("name"), page))
+            data = self._read(lambda c: pages.overview(c, verdict, req.query.get("name"), page, self.health))
             return self._page("overview", fragment, data, verdict=verdict, name=req.query.get("name", ""))
         if parts == ["workers"]:
             return self._page("workers", fragment, self._read(pages.workers_page))
@@ -231,6 +234,7 @@ class Dashboard:
             return self._error(403, "csrf: the form's token is missing or stale; reload the page")
         name, action = parts[1], parts[2]
         done = self._read(lambda c: {"text": pages.act(c, name, action, req.form)})["text"]
+        self.health.invalidate()
         location = f"{schedule_url(name)}?flash={self._flash_put(f'{action}: {done}')}"
         return Response(303, b"", headers={"Location": location})
 

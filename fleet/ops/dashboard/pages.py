@@ -3,7 +3,10 @@ operator's actions, through fleetctl's own repairs."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -36,6 +39,34 @@ MAX_ARGS_BYTES: Final = 8192
 VERDICTS: Final = health.SEVERITY
 
 
+class SharedHealth:
+    """Every schedule's health, computed at most once per `max_age_s` however many pages ask.
+
+    Each open overview asks again every refresh period; with many schedules and several operators
+    watching, the database would compute the same verdicts for each of them. One computation is
+    shared instead: a page asking while another computes waits for that one, and an action taken
+    from the dashboard (retry, pause...) makes the next page compute afresh.
+    """
+
+    def __init__(self, max_age_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._rows: list[ScheduleHealth] | None = None
+        self._at = 0.0
+
+    def get(self, conn: psycopg.Connection[Any]) -> list[ScheduleHealth]:
+        with self._lock:
+            if self._rows is None or self.clock() - self._at >= self.max_age_s:
+                self._rows = schedule_health(conn)
+                self._at = self.clock()
+            return self._rows
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._rows = None
+
+
 @dataclass
 class OverviewRow:
     health: ScheduleHealth
@@ -43,10 +74,15 @@ class OverviewRow:
 
 
 def overview(
-    conn: psycopg.Connection[Any], verdict: str | None, name: str | None, page: int
+    conn: psycopg.Connection[Any],
+    verdict: str | None,
+    name: str | None,
+    page: int,
+    shared: SharedHealth | None = None,
 ) -> dict[str, Any]:
-    """Every schedule's health, filtered by verdict and by a part of its name, one page of them."""
-    every = schedule_health(conn)
+    """Every schedule's health, filtered by verdict and by a part of its name, one page of them.
+    With `shared`, the verdicts come from its latest computation (at most its max age old)."""
+    every = shared.get(conn) if shared is not None else schedule_health(conn)
     counts = {v: 0 for v in VERDICTS}
     for h in every:
         counts[h.verdict] += 1

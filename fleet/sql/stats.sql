@@ -1,0 +1,129 @@
+-- Statements of the health roll-up (fleet.rollup): `schedule_stats` keeps each schedule's newest
+-- success and newest finished run, so that health is read without rescanning history. Newest means
+-- the latest slot (for the same slot, the latest finish), as in the probes it replaces.
+
+-- name: stats_merge
+-- The runs that finished since `since` (through job_runs_finished), merged into the stats: per
+-- schedule the newest success and the newest finished run win over what is stored. Merging the
+-- same run twice changes nothing, so `since` may reach back a safety margin.
+WITH fin AS (
+    SELECT r.schedule_name, r.scheduled_for, r.status, r.last_outcome, r.finished_at, r.last_error
+    FROM fleet.job_runs r
+    WHERE r.status IN ('done', 'dead', 'skipped') AND r.finished_at >= %(since)s
+),
+ok AS (
+    SELECT DISTINCT ON (schedule_name) schedule_name, scheduled_for, finished_at
+    FROM fin WHERE status = 'done'
+    ORDER BY schedule_name, scheduled_for DESC
+),
+fl AS (
+    SELECT DISTINCT ON (schedule_name) * FROM fin
+    ORDER BY schedule_name, scheduled_for DESC, finished_at DESC
+),
+merged AS (
+    INSERT INTO fleet.schedule_stats AS st (name, last_success_slot, last_success_at, last_slot, last_status,
+                                            last_outcome, last_finished_at, last_error)
+    SELECT fl.schedule_name, ok.scheduled_for, ok.finished_at, fl.scheduled_for, fl.status, fl.last_outcome,
+           fl.finished_at, fl.last_error
+    FROM fl LEFT JOIN ok USING (schedule_name)
+    ON CONFLICT (name) DO UPDATE SET
+        (last_success_slot, last_success_at) = (
+            SELECT CASE WHEN n THEN EXCLUDED.last_success_slot ELSE st.last_success_slot END,
+                   CASE WHEN n THEN EXCLUDED.last_success_at ELSE st.last_success_at END
+            FROM (SELECT EXCLUDED.last_success_slot IS NOT NULL
+                         AND (st.last_success_slot IS NULL
+                              OR EXCLUDED.last_success_slot >= st.last_success_slot) AS n) x),
+        (last_slot, last_status, last_outcome, last_finished_at, last_error) = (
+            SELECT CASE WHEN n THEN EXCLUDED.last_slot ELSE st.last_slot END,
+                   CASE WHEN n THEN EXCLUDED.last_status ELSE st.last_status END,
+                   CASE WHEN n THEN EXCLUDED.last_outcome ELSE st.last_outcome END,
+                   CASE WHEN n THEN EXCLUDED.last_finished_at ELSE st.last_finished_at END,
+                   CASE WHEN n THEN EXCLUDED.last_error ELSE st.last_error END
+            FROM (SELECT st.last_slot IS NULL
+                         OR (EXCLUDED.last_slot, EXCLUDED.last_finished_at)
+                            >= (st.last_slot, coalesce(st.last_finished_at, '-infinity')) AS n) x)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fin) AS runs, (SELECT count(*) FROM merged) AS schedules
+
+-- name: stats_probe
+-- One batch of the first pass: the schedules after `after` by name, at most `limit`, each with its
+-- newest success and newest finished run found by walking its primary key backwards (two index
+-- probes, whatever the history's size), merged into the stats as stats_merge does. Rows marked
+-- dirty are probed again (their newest finished run is what the probe finds, unless the stored one
+-- was pruned since) and cleared, unless marked again meanwhile.
+WITH batch AS (
+    SELECT s.name, coalesce(st.dirty, 0) AS dirty
+    FROM fleet.schedules s LEFT JOIN fleet.schedule_stats st ON st.name = s.name
+    WHERE CASE WHEN %(dirty)s THEN st.dirty > 0 ELSE s.name > %(after)s END
+    ORDER BY s.name
+    LIMIT %(limit)s
+),
+probed AS (
+    SELECT b.name, b.dirty, ls.scheduled_for AS success_slot, ls.finished_at AS success_at,
+           lf.scheduled_for AS slot, lf.status, lf.last_outcome, lf.finished_at, lf.last_error,
+           EXISTS (SELECT 1 FROM fleet.schedule_stats st JOIN fleet.job_runs r
+                     ON r.schedule_name = st.name AND r.scheduled_for = st.last_slot
+                   WHERE st.name = b.name) AS stored_exists
+    FROM batch b
+    LEFT JOIN LATERAL (
+        SELECT r.scheduled_for, r.finished_at FROM fleet.job_runs r
+        WHERE r.schedule_name = b.name AND r.status = 'done'
+        ORDER BY r.scheduled_for DESC LIMIT 1
+    ) ls ON true
+    LEFT JOIN LATERAL (
+        SELECT r.scheduled_for, r.status, r.last_outcome, r.finished_at, r.last_error FROM fleet.job_runs r
+        WHERE r.schedule_name = b.name AND r.status IN ('done', 'dead', 'skipped')
+        ORDER BY r.scheduled_for DESC LIMIT 1
+    ) lf ON true
+),
+merged AS (
+    INSERT INTO fleet.schedule_stats AS st (name, last_success_slot, last_success_at, last_slot, last_status,
+                                            last_outcome, last_finished_at, last_error)
+    SELECT p.name, p.success_slot, p.success_at, p.slot, p.status, p.last_outcome, p.finished_at, p.last_error
+    FROM probed p
+    WHERE p.slot IS NOT NULL OR p.dirty > 0
+    ON CONFLICT (name) DO UPDATE SET
+        (last_success_slot, last_success_at) = (
+            SELECT CASE WHEN n THEN EXCLUDED.last_success_slot ELSE st.last_success_slot END,
+                   CASE WHEN n THEN EXCLUDED.last_success_at ELSE st.last_success_at END
+            FROM (SELECT EXCLUDED.last_success_slot IS NOT NULL
+                         AND (st.last_success_slot IS NULL
+                              OR EXCLUDED.last_success_slot >= st.last_success_slot) AS n) x),
+        (last_slot, last_status, last_outcome, last_finished_at, last_error) = (
+            SELECT CASE WHEN n THEN EXCLUDED.last_slot ELSE st.last_slot END,
+                   CASE WHEN n THEN EXCLUDED.last_status ELSE st.last_status END,
+                   CASE WHEN n THEN EXCLUDED.last_outcome ELSE st.last_outcome END,
+                   CASE WHEN n THEN EXCLUDED.last_finished_at ELSE st.last_finished_at END,
+                   CASE WHEN n THEN EXCLUDED.last_error ELSE st.last_error END
+            FROM (SELECT st.last_slot IS NULL
+                         OR (st.dirty > 0 AND (SELECT p.stored_exists FROM probed p WHERE p.name = st.name))
+                         OR (EXCLUDED.last_slot, EXCLUDED.last_finished_at)
+                            >= (st.last_slot, coalesce(st.last_finished_at, '-infinity')) AS n) x),
+        -- cleared only if no retry or discard marked it again since this batch was read
+        dirty = CASE WHEN st.dirty = (SELECT p.dirty FROM probed p WHERE p.name = st.name) THEN 0
+                     ELSE st.dirty END
+    RETURNING 1
+)
+SELECT count(*) AS schedules, max(name) AS last_name, (SELECT count(*) FROM merged) AS merged FROM batch
+
+-- name: schedule_cadence_stale
+-- Cron schedules whose stored cadence windows do not cover now (or belong to an older timing), at
+-- most `limit`.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing, s.timing_hash
+FROM fleet.schedules s, t
+WHERE s.cron IS NOT NULL
+  AND (s.cadence_until IS NULL OR s.cadence_hash IS DISTINCT FROM s.timing_hash
+       OR t.now < s.cadence_from OR t.now >= coalesce(s.cadence_mid, s.cadence_until))
+ORDER BY s.name
+LIMIT %(limit)s
+
+-- name: schedule_cadence_set
+-- The cadence windows computed for the schedules (see migration 009); a NULL `mid` records that none
+-- could be computed, to be tried again at `until`. Ignored for a schedule whose timing changed since.
+UPDATE fleet.schedules s
+SET cadence_from = v.cfrom, cadence_mid = v.mid, cadence_until = v.until, cadence_hash = v.hash
+FROM unnest(%(names)s::text[], %(froms)s::timestamptz[], %(mids)s::timestamptz[], %(untils)s::timestamptz[],
+            %(hashes)s::text[]) AS v(name, cfrom, mid, until, hash)
+WHERE s.name = v.name AND s.timing_hash = v.hash

@@ -1,0 +1,120 @@
+"""Built-in retention: the tickers remove finished runs older than their schedule's retention.
+
+A pass is a chore (fleet.chores): one ticker at a time takes a small step of it between ticks, and
+the next step goes on from the stored position, whichever ticker takes it. A pass walks the
+schedules in name order and, within a schedule, its runs along the primary key, deleting at most
+`batch` runs per step; it costs about one index probe per schedule plus the runs it deletes. The
+cutoffs are fixed when the pass starts (its `mark`), so a pass is exact per schedule as of then.
+One `retention_pass` line is logged when a pass ends, with what it removed in all its steps.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import psycopg
+
+from fleet import logs
+from fleet.chores import Chore, Progress, Step
+from fleet.queries import q
+
+RETENTION_CHORE = "retention"
+# Schedules looked at in one step at most (one short statement each), so that a step stays short
+# however many schedules have nothing to remove.
+SCHEDULES_PER_STEP = 200
+_EARLIEST = datetime(1, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a pass stands: `schedule` is being worked on after `slot`, or (no `slot`) is finished;
+    `runs` and `steps` are what the pass has done so far."""
+
+    schedule: str = ""
+    slot: datetime | None = None
+    runs: int = 0
+    steps: int = 0
+
+    def dump(self) -> str:
+        return orjson.dumps(
+            {
+                "schedule": self.schedule,
+                "slot": self.slot.isoformat() if self.slot else None,
+                "runs": self.runs,
+                "steps": self.steps,
+            }
+        ).decode()
+
+    @classmethod
+    def load(cls, cursor: str | None) -> Position:
+        if not cursor:
+            return cls()
+        d = orjson.loads(cursor)
+        slot = datetime.fromisoformat(d["slot"]) if d.get("slot") else None
+        return cls(str(d["schedule"]), slot, int(d["runs"]), int(d["steps"]))
+
+
+def retention_step(
+    conn: psycopg.Connection[Any],
+    progress: Progress,
+    *,
+    default: timedelta,
+    batch: int,
+    ticker_id: str = "",
+    schedules_per_step: int = SCHEDULES_PER_STEP,
+) -> Step:
+    """Delete up to `batch` expired runs, going on from where the pass stands; `more` until the
+    pass has looked at every schedule."""
+    began = time.monotonic()
+    start = progress.mark or progress.now
+    pos = Position.load(progress.cursor)
+    page = conn.execute(
+        q("schedule_retention_page"),
+        {
+            "start": start,
+            "default": default,
+            "after": pos.schedule,
+            "inclusive": pos.slot is not None,
+            "limit": schedules_per_step,
+        },
+    ).fetchall()
+    removed = 0
+    for row in page:
+        name = row["name"]
+        room = batch - removed
+        after = pos.slot if name == pos.schedule and pos.slot is not None else _EARLIEST
+        got = conn.execute(
+            q("run_expire"), {"name": name, "cutoff": row["cutoff"], "after": after, "limit": room}
+        ).fetchone()
+        assert got is not None
+        removed += got["runs"]
+        if got["found"] >= room:  # the batch is full: this schedule may have more
+            here = Position(name, got["last_slot"], pos.runs + removed, pos.steps + 1)
+            return Step(more=True, mark=start, cursor=here.dump())
+    if len(page) == schedules_per_step:
+        here = Position(page[-1]["name"], None, pos.runs + removed, pos.steps + 1)
+        return Step(more=True, mark=start, cursor=here.dump())
+    # the pass took from its start to this step's, plus this step
+    took = (progress.now - start).total_seconds() + time.monotonic() - began
+    logs.event(
+        "retention_pass",
+        ticker_id=ticker_id,
+        runs=pos.runs + removed,
+        steps=pos.steps + 1,
+        duration_s=round(took, 3),
+        default_retention_s=default.total_seconds(),
+    )
+    return Step(more=False)
+
+
+def retention_chore(default: timedelta, every_s: float, batch: int, ticker_id: str = "") -> Chore:
+    """The retention pass as a chore: a pass every `every_s`, `batch` runs per step at most."""
+
+    def step(conn: psycopg.Connection[Any], progress: Progress) -> Step:
+        return retention_step(conn, progress, default=default, batch=batch, ticker_id=ticker_id)
+
+    return Chore(RETENTION_CHORE, every_s=every_s, step=step)
