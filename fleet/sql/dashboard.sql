@@ -9,12 +9,14 @@ SELECT set_config('statement_timeout', %(ms)s::text, false)
 
 -- name: run_recent_strip
 -- The newest runs of each named schedule, newest first, at most `per` each: the overview's strip
--- of recent slots. One backward walk of the primary key per schedule.
+-- of recent slots. One backward walk of the primary key per schedule. Runs the ticker created
+-- ahead of their slot are the schedule's future: left out.
 SELECT s.name, r.scheduled_for, r.status::text AS status, r.last_outcome, r.attempts
 FROM unnest(%(names)s::text[]) AS s(name)
 CROSS JOIN LATERAL (
     SELECT r.scheduled_for, r.status, r.last_outcome, r.attempts FROM fleet.job_runs r
     WHERE r.schedule_name = s.name
+      AND NOT (r.status = 'pending' AND r.scheduled_for > now() AND r.run_after > now())
     ORDER BY r.scheduled_for DESC
     LIMIT %(per)s
 ) r
@@ -22,11 +24,13 @@ ORDER BY s.name, r.scheduled_for DESC
 
 -- name: run_page
 -- One page of a schedule's runs, newest slot first, before `before` (keyset paging; NULL: the newest).
+-- Runs the ticker created ahead of their slot are left out, as in run_recent_strip.
 SELECT r.schedule_name, r.scheduled_for, r.status::text AS status, r.origin, r.args, r.attempts,
        r.failures, r.run_after, r.started_at, r.finished_at, r.locked_by, r.locked_host, r.locked_pid,
        r.locked_until, r.last_outcome, r.last_error, r.trace_id, r.span_id
 FROM fleet.job_runs r
 WHERE r.schedule_name = %(name)s
+  AND NOT (r.status = 'pending' AND r.scheduled_for > now() AND r.run_after > now())
   AND (%(before)s::timestamptz IS NULL OR r.scheduled_for < %(before)s::timestamptz)
 ORDER BY r.scheduled_for DESC
 LIMIT %(limit)s

@@ -166,11 +166,15 @@ WHERE name = %(name)s AND paused_at IS NOT NULL
 RETURNING next_run_at
 
 -- name: run_list
+-- Runs the ticker created ahead of their slot (pending, slot still to come) are left out unless
+-- pending runs are asked for: they are the schedule's future, not its history.
 SELECT r.*, r.status::text AS status
 FROM fleet.job_runs r
 WHERE r.schedule_name = %(name)s
   AND (%(status)s::fleet.run_status IS NULL OR r.status = %(status)s::fleet.run_status)
   AND (%(outcome)s::text IS NULL OR r.last_outcome = %(outcome)s)
+  AND (%(status)s::fleet.run_status IS NOT NULL
+       OR NOT (r.status = 'pending' AND r.scheduled_for > now() AND r.run_after > now()))
 ORDER BY r.scheduled_for DESC
 LIMIT %(limit)s
 
@@ -186,6 +190,8 @@ CROSS JOIN LATERAL (
     WHERE r.schedule_name = s.name
       AND (%(status)s::fleet.run_status IS NULL OR r.status = %(status)s::fleet.run_status)
       AND (%(outcome)s::text IS NULL OR r.last_outcome = %(outcome)s)
+      AND (%(status)s::fleet.run_status IS NOT NULL
+           OR NOT (r.status = 'pending' AND r.scheduled_for > now() AND r.run_after > now()))
     ORDER BY r.scheduled_for DESC
     LIMIT %(limit)s
 ) x

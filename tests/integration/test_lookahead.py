@@ -335,3 +335,21 @@ def test_a_worker_sleeps_until_the_next_run_comes_due_past_a_queued_run(
     assert claim(conn, T0 + 70 * SEC) == []
     row = conn.execute(q("run_next_wait"), {"jobs": ["noop"], "now": T0 + 70 * SEC}).fetchone()
     assert row is not None and row["wait_s"] == 50.0
+
+
+def test_runs_created_ahead_are_listed_only_when_pending_runs_are_asked_for(
+    conn: psycopg.Connection[Any],
+) -> None:
+    from fleet.inspect import run_list
+
+    apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1m"\njob = "noop"\n')
+    conn.execute(
+        "UPDATE fleet.schedules SET next_run_at = date_trunc('minute', now()) - interval '2 minutes'"
+    )
+    tick(conn, now=None, lookahead=AHEAD)  # type: ignore[arg-type]
+    conn.execute("UPDATE fleet.job_runs SET status = 'done' WHERE scheduled_for <= now()")
+    ahead = scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE scheduled_for > now()")
+    assert ahead >= 4
+    listed = run_list(conn, "s", limit=100)
+    assert listed and all(r.status == "done" for r in listed)  # the history, not the future
+    assert len(run_list(conn, "s", status="pending", limit=100)) == ahead

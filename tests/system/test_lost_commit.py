@@ -34,8 +34,14 @@ def test_a_worker_whose_claim_was_lost_is_fenced_when_another_gets_the_same_atte
         # a runs one handler at a time: busy with attempt 1, it claims nothing else.
         a = start_worker(procs, db_url, tmp_path, "a", *FAST, "--concurrency", "1")
         wait_for(lambda: any(e[0] == "start" for e in job_events(tmp_path)), what="a to start the run")
-        lose_the_claim(conn)
+        # b is up and idle before the claim is lost: woken by the notification, it claims the run
+        # at once, while a learns of the loss only at its next heartbeat.
         start_worker(procs, db_url, tmp_path, "b", *FAST)
+        wait_for(
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.processes WHERE id = 'b'") == 1,
+            what="b to register",
+        )
+        lose_the_claim(conn)
         wait_for(
             lambda: scalar(conn, "SELECT status FROM fleet.job_runs") == "done",
             timeout=15,
