@@ -29,6 +29,7 @@ import platform
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -169,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
     )
     started = time.monotonic()
+    failed: list[str] = []
     print(f"fleet benchmark: sections {', '.join(opts.sections)}; logs in {bench.log_dir}", flush=True)
     try:
         for section, module in MODULES.items():
@@ -177,11 +179,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             t0 = time.monotonic()
             print(f"[{time.monotonic() - started:6.0f}s] {section} ...", flush=True)
-            importlib.import_module(module).run(bench, report)
+            try:
+                importlib.import_module(module).run(bench, report)
+            except Exception as e:  # noqa: BLE001 - one broken section must not cost the others' figures
+                failed.append(section)
+                report.note(f"{section}: failed, its figures are missing: {type(e).__name__}: {e}")
+                print(f"[{time.monotonic() - started:6.0f}s] {section} FAILED: {e!r}", flush=True)
+                traceback.print_exc()
+                bench.procs.stop_all()  # what the section started, before the next one measures
             print(
                 f"[{time.monotonic() - started:6.0f}s] {section} done in {time.monotonic() - t0:.0f}s",
                 flush=True,
             )
+            if a.json:  # what is measured so far, in case the run is cut short
+                report.meta["seconds"] = round(time.monotonic() - started, 1)
+                a.json.write_bytes(report.json())
         add_ratios(report)
     finally:
         bench.close()
@@ -191,6 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.json:
         a.json.write_bytes(report.json())
         print(f"\nwrote {a.json}")
+    if failed:
+        print(f"sections that failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 
