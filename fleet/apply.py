@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import orjson
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from fleet.errors import ScheduleFileError
@@ -44,7 +45,12 @@ class Change:
     name: str
     outcome: Outcome
     fields: tuple[FieldChange, ...] = ()
-    summary: str = ""  # a created schedule: its timing and job
+    spec: ScheduleSpec | None = None  # a created schedule's
+
+    @property
+    def summary(self) -> str:
+        """A created schedule: its timing and job."""
+        return f"{describe(self.spec.timing)}, job {self.spec.job}" if self.spec is not None else ""
 
 
 @dataclass
@@ -183,9 +189,9 @@ def apply_specs(
     enabled again, re-plans from now(); slots already created stay. A schedule whose definition is
     unchanged is neither written nor locked. Two specs of one name raise ScheduleFileError.
     """
-    names = [s.name for s in specs]
-    twice = sorted(n for n, count in Counter(names).items() if count > 1)
-    if twice:
+    by_name = {s.name: s for s in specs}
+    if len(by_name) != len(specs):
+        twice = sorted(n for n, count in Counter(s.name for s in specs).items() if count > 1)
         raise ScheduleFileError([f"schedule {n!r}: name: declared twice" for n in twice])
     result = ApplyResult(planned=plan)
     with conn.transaction():
@@ -194,40 +200,73 @@ def apply_specs(
         row = conn.execute(q("clock_read"), {"now": now}).fetchone()
         assert row is not None
         db_now: datetime = row["now"]
-        existing = {r["name"]: r for r in conn.execute(q("schedule_definitions")).fetchall()}
-        inserts: list[dict[str, Any]] = []
-        updates: list[dict[str, Any]] = []
+        stored, unwanted = _compare(conn, by_name)
+        inserts: list[tuple[ScheduleSpec, datetime | None]] = []
+        updates: list[tuple[ScheduleSpec, datetime | None]] = []
         for spec in specs:
-            old = existing.get(spec.name)
-            if old is None:
+            if spec.name not in stored:
                 start = spec.start_at if spec.start_at is not None else db_now
-                inserts.append(_params(spec, first_slot_at_or_after(spec.timing, start)))
+                inserts.append((spec, first_slot_at_or_after(spec.timing, start)))
                 result.created.append(spec.name)
-                result.changes.append(
-                    Change(spec.name, "create", summary=f"{describe(spec.timing)}, job {spec.job}")
-                )
+                result.changes.append(Change(spec.name, "create", spec=spec))
                 continue
-            changes = diff(old, spec)
-            replan = old["timing_hash"] != spec.timing_hash() or not old["enabled"]
-            if not changes and not replan:
+            compared = stored[spec.name]
+            if compared is None:
                 result.unchanged.append(spec.name)
                 continue
+            changes, replan = compared
             nxt = first_slot_at_or_after(spec.timing, db_now + timedelta(microseconds=1)) if replan else None
-            updates.append(_params(spec, nxt))
+            updates.append((spec, nxt))
             (result.replanned if replan else result.updated).append(spec.name)
-            result.changes.append(Change(spec.name, "replan" if replan else "update", tuple(changes)))
+            result.changes.append(Change(spec.name, "replan" if replan else "update", changes))
         if prune:
-            wanted = set(names)
-            result.disabled = [n for n, r in existing.items() if r["enabled"] and n not in wanted]
+            result.disabled = unwanted
             result.changes.extend(Change(n, "disable") for n in result.disabled)
         if plan or not (inserts or updates or result.disabled):
             return result
         with conn.cursor() as cur:
             if inserts:
-                cur.executemany(q("schedule_insert"), inserts)
+                _copy_in(cur, inserts)
             if updates:
-                cur.executemany(q("schedule_update"), updates)
+                cur.executemany(q("schedule_update"), (_params(s, nxt) for s, nxt in updates))
             if result.disabled:
                 cur.execute(q("schedule_disable"), {"names": result.disabled})
         conn.execute(q("schedule_notify"))  # running tickers pick the change up at once
     return result
+
+
+# Stored definitions are read this many at a time (a server-side cursor), not all at once: what
+# apply holds stays near the size of the specs, whatever the number of schedules.
+DEFINITIONS_BATCH = 5000
+
+
+def _compare(
+    conn: psycopg.Connection[Any], specs: dict[str, ScheduleSpec]
+) -> tuple[dict[str, tuple[tuple[FieldChange, ...], bool] | None], list[str]]:
+    """Each stored schedule that a spec names: None when its definition is the same, else the fields
+    that differ and whether it re-plans; and the enabled ones no spec names, in name order."""
+    stored: dict[str, tuple[tuple[FieldChange, ...], bool] | None] = {}
+    unwanted: list[str] = []
+    with conn.cursor(name="fleet_apply_definitions") as cur:
+        cur.itersize = DEFINITIONS_BATCH
+        cur.execute(q("schedule_definitions"))
+        for old in cur:
+            spec = specs.get(old["name"])
+            if spec is None:
+                if old["enabled"]:
+                    unwanted.append(old["name"])
+                continue
+            changes = diff(old, spec)
+            replan = old["timing_hash"] != spec.timing_hash() or not old["enabled"]
+            stored[spec.name] = (tuple(changes), replan) if changes or replan else None
+    return stored, unwanted
+
+
+def _copy_in(cur: psycopg.Cursor[Any], inserts: Sequence[tuple[ScheduleSpec, datetime | None]]) -> None:
+    """The new schedules, in one COPY (a statement per schedule costs a million round trips' worth of
+    work at a million); its columns are those `_params` gives."""
+    columns = list(_params(*inserts[0]))
+    statement = sql.SQL(q("schedule_copy")).format(columns=sql.SQL(", ").join(map(sql.Identifier, columns)))
+    with cur.copy(statement) as copy:
+        for spec, first in inserts:
+            copy.write_row(tuple(_params(spec, first).values()))

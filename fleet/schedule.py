@@ -99,7 +99,7 @@ class TimingError(ValueError):
     """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Timing:
     """When a job fires: exactly one of ``every`` and ``cron`` is set.
 

@@ -15,13 +15,9 @@ SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, ar
 FROM fleet.schedules
 ORDER BY name
 
--- name: schedule_insert
-INSERT INTO fleet.schedules (name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
-                       max_catchup, max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
-                       next_run_at, timing_hash)
-VALUES (%(name)s, %(every)s, %(cron)s, %(timezone)s, %(start_at)s, %(dst_repeated)s, %(dst_missing)s, %(job)s,
-        %(args)s, %(catchup)s, %(max_catchup)s, %(max_lateness)s, %(grace)s, %(overlap)s, %(timeout)s, %(max_attempts)s,
-        %(retry_base)s, %(retry_cap)s, %(next_run_at)s, %(timing_hash)s)
+-- name: schedule_copy
+-- New schedules, as many as apply creates, in one COPY; {columns} are the names of apply's parameters.
+COPY fleet.schedules ({columns}) FROM STDIN
 
 -- name: schedule_update
 -- A schedule whose definition changed; a null next_run_at keeps the planned slot.
