@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any, Literal
 
 import orjson
@@ -201,12 +202,14 @@ def apply_specs(
         assert row is not None
         db_now: datetime = row["now"]
         stored, unwanted = _compare(conn, by_name)
+        # Schedules of one timing (the same cron, say) have the same first slot from the same instant.
+        first_slot = lru_cache(maxsize=4096)(first_slot_at_or_after)
         inserts: list[tuple[ScheduleSpec, datetime | None]] = []
         updates: list[tuple[ScheduleSpec, datetime | None]] = []
         for spec in specs:
             if spec.name not in stored:
                 start = spec.start_at if spec.start_at is not None else db_now
-                inserts.append((spec, first_slot_at_or_after(spec.timing, start)))
+                inserts.append((spec, first_slot(spec.timing, start)))
                 result.created.append(spec.name)
                 result.changes.append(Change(spec.name, "create", spec=spec))
                 continue
@@ -215,7 +218,7 @@ def apply_specs(
                 result.unchanged.append(spec.name)
                 continue
             changes, replan = compared
-            nxt = first_slot_at_or_after(spec.timing, db_now + timedelta(microseconds=1)) if replan else None
+            nxt = first_slot(spec.timing, db_now + timedelta(microseconds=1)) if replan else None
             updates.append((spec, nxt))
             (result.replanned if replan else result.updated).append(spec.name)
             result.changes.append(Change(spec.name, "replan" if replan else "update", changes))

@@ -159,19 +159,19 @@ def _slice(text: str, first: bool) -> dict[str, Any]:
 def _validate(docs: Iterator[dict[str, Any]], max_args_bytes: int) -> list[ScheduleSpec]:
     """The specs of the documents' [[schedule]] tables, numbered across them; ScheduleFileError
     with every problem."""
-    doc = next(docs)
+    first = next(docs)
     problems: list[str] = []
-    unknown_top = sorted(set(doc) - {"schedule"})
+    unknown_top = sorted(set(first) - {"schedule"})
     if unknown_top:
         problems.append(
             f"file: unknown top-level key(s) {', '.join(unknown_top)} (expected [[schedule]] tables)"
         )
-    if not isinstance(doc.get("schedule", []), list):
+    if not isinstance(first.get("schedule", []), list):
         raise ScheduleFileError(problems + ["file: 'schedule' must be an array of tables ([[schedule]])"])
     specs: list[ScheduleSpec] = []
     seen: dict[str, int] = {}
     i = 0
-    for doc in itertools.chain([doc], docs):
+    for doc in itertools.chain([first], docs):
         for entry in doc.get("schedule", []):
             i += 1
             where = f"schedule #{i}"

@@ -439,6 +439,9 @@ def _build(t: Timing, *, strict: bool) -> _IntervalPlan | _CronPlan:
     return _CronPlan(expr=fields, tz=tz, rules=rules)
 
 
+# A file of many schedules repeats its expressions (a million hourly ones have at most 3,600 among
+# them); parsing and probing one costs about as much as the rest of validating its schedule.
+@lru_cache(maxsize=4096)
 def _parse_cron(cron: str, strict: bool) -> tuple[str, bool]:
     """Return the expression as cronsim is to evaluate it, and whether it is a cadence: whether
     its hours are all 24, so that its pattern repeats every hour of real time."""
