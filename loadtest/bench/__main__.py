@@ -2,8 +2,8 @@
 on one server, print one table and optionally write it as JSON.
 
 Sections (--only): limit (pgbench), drain (a backlog of no-op runs, peak RSS, round trips),
-lag (slot to handler start), ticker (materialisation rate, CPU), history (drain over 5 million
-finished rows), reclaim (SIGKILL to retake), async (one worker running 1,000 async handlers that each
+lag (slot to handler start), ticker (materialisation rate, CPU), million (apply of a million-schedule
+file, one ticker over it), history (drain over 20 million finished rows), reclaim (SIGKILL to retake), async (one worker running 1,000 async handlers that each
 sleep 1 s: first claim to last finish), metrics (a scrape and its computation at 20,000 schedules),
 peers (procrastinate and pgqueuer in drain and lag).
 """
@@ -35,6 +35,7 @@ MODULES = {
     "drain": "loadtest.bench.drain",
     "lag": "loadtest.bench.lag",
     "ticker": "loadtest.bench.ticker_cost",
+    "million": "loadtest.bench.million",
     "history": "loadtest.bench.history",
     "reclaim": "loadtest.bench.reclaim",
     "async": "loadtest.bench.async_handlers",
@@ -45,7 +46,7 @@ MODULES = {
 def parse(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
     p = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "--quick", action="store_true", help="small sizes, one repetition; skips history and peers"
+        "--quick", action="store_true", help="small sizes, one repetition; skips million, history and peers"
     )
     p.add_argument("--only", help=f"comma-separated sections: {', '.join(SECTIONS)}")
     p.add_argument(

@@ -9,9 +9,20 @@ from pathlib import Path
 from loadtest.bench.procs import Processes
 from loadtest.bench.server import Server
 
-SECTIONS = ("limit", "drain", "lag", "ticker", "history", "reclaim", "async", "metrics", "peers")
+SECTIONS = (
+    "limit",
+    "drain",
+    "lag",
+    "ticker",
+    "million",
+    "history",
+    "reclaim",
+    "async",
+    "metrics",
+    "peers",
+)
 # Left out of --quick unless named with --only: they take minutes.
-SLOW_SECTIONS = ("history", "peers")
+SLOW_SECTIONS = ("million", "history", "peers")
 
 # The worker flags every fleet measurement uses (the issue's, equal to the defaults for --claim-batch).
 WORKER_FLAGS = ("--concurrency", "100", "--claim-batch", "100")

@@ -22,6 +22,7 @@ SECTIONS = {
     "drain": "Drain: a backlog of no-op runs",
     "lag": "Lag: from the slot's time to the handler's start",
     "ticker": "Ticker: materialising slots",
+    "million": "A million schedules: apply and one ticker",
     "history": "Drain over a long history of finished runs",
     "reclaim": "Reclaim after a worker is killed",
     "ratio": "Ratios between figures of this run",
