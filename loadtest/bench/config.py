@@ -65,7 +65,7 @@ def options(
         burst_s=12.0 if quick else 35.0,
         schedules=2_000 if quick else 10_000,
         ticker_cpu_s=62.0 if quick else 122.0,
-        history_rows=500_000 if quick else 5_000_000,
+        history_rows=500_000 if quick else 20_000_000,
         kills=5 if quick else 20,
         lease_s=2.0,
     )
