@@ -15,9 +15,17 @@ SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, ar
 FROM fleet.schedules
 ORDER BY name
 
--- name: schedule_copy
--- New schedules, as many as apply creates, in one COPY; {columns} are the names of apply's parameters.
-COPY fleet.schedules ({columns}) FROM STDIN
+-- name: schedule_insert
+-- New schedules, a batch at a time: one array per column, the i-th element of each for the i-th schedule.
+INSERT INTO fleet.schedules (name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
+                       max_catchup, max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
+                       next_run_at, timing_hash)
+SELECT * FROM unnest(%(name)s::text[], %(every)s::interval[], %(cron)s::text[], %(timezone)s::text[],
+                     %(start_at)s::timestamptz[], %(dst_repeated)s::text[], %(dst_missing)s::text[], %(job)s::text[],
+                     %(args)s::jsonb[], %(catchup)s::text[], %(max_catchup)s::int[], %(max_lateness)s::interval[],
+                     %(grace)s::interval[], %(overlap)s::text[], %(timeout)s::interval[], %(max_attempts)s::int[],
+                     %(retry_base)s::interval[], %(retry_cap)s::interval[], %(next_run_at)s::timestamptz[],
+                     %(timing_hash)s::text[])
 
 -- name: schedule_update
 -- A schedule whose definition changed; a null next_run_at keeps the planned slot.
