@@ -228,9 +228,9 @@ def apply_specs(
             return result
         with conn.cursor() as cur:
             if inserts:
-                _insert(cur, inserts)
+                _write(cur, "schedule_insert", inserts)
             if updates:
-                cur.executemany(q("schedule_update"), (_params(s, nxt) for s, nxt in updates))
+                _write(cur, "schedule_update", updates)
             if result.disabled:
                 cur.execute(q("schedule_disable"), {"names": result.disabled})
         conn.execute(q("schedule_notify"))  # running tickers pick the change up at once
@@ -240,7 +240,7 @@ def apply_specs(
 # Stored definitions are read this many at a time (a server-side cursor), not all at once: what
 # apply holds stays near the size of the specs, whatever the number of schedules.
 DEFINITIONS_BATCH = 5000
-WRITE_BATCH = 5000  # new schedules per INSERT
+WRITE_BATCH = 5000  # schedules per INSERT or UPDATE
 
 
 def _compare(
@@ -265,9 +265,12 @@ def _compare(
     return stored, unwanted
 
 
-def _insert(cur: psycopg.Cursor[Any], inserts: Sequence[tuple[ScheduleSpec, datetime | None]]) -> None:
-    """The new schedules, WRITE_BATCH to a statement (not one statement each: a million of those
-    took longer than everything else apply does). Not COPY: row-level security refuses it."""
-    for start in range(0, len(inserts), WRITE_BATCH):
-        rows = [_params(spec, first) for spec, first in inserts[start : start + WRITE_BATCH]]
-        cur.execute(q("schedule_insert"), {key: [r[key] for r in rows] for key in rows[0]})
+def _write(
+    cur: psycopg.Cursor[Any], statement: str, specs: Sequence[tuple[ScheduleSpec, datetime | None]]
+) -> None:
+    """Insert or update schedules WRITE_BATCH to a statement, each parameter an array (not a statement
+    per schedule: at a million those took longer than everything else apply does; not COPY, which
+    row-level security refuses)."""
+    for start in range(0, len(specs), WRITE_BATCH):
+        rows = [_params(spec, first) for spec, first in specs[start : start + WRITE_BATCH]]
+        cur.execute(q(statement), {key: [r[key] for r in rows] for key in rows[0]})

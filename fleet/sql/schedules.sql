@@ -28,15 +28,24 @@ SELECT * FROM unnest(%(name)s::text[], %(every)s::interval[], %(cron)s::text[], 
                      %(timing_hash)s::text[])
 
 -- name: schedule_update
--- A schedule whose definition changed; a null next_run_at keeps the planned slot.
-UPDATE fleet.schedules
-SET every = %(every)s, cron = %(cron)s, timezone = %(timezone)s, start_at = %(start_at)s,
-    dst_repeated = %(dst_repeated)s, dst_missing = %(dst_missing)s, job = %(job)s, args = %(args)s,
-    catchup = %(catchup)s, max_catchup = %(max_catchup)s, max_lateness = %(max_lateness)s, grace = %(grace)s, overlap = %(overlap)s,
-    timeout = %(timeout)s, max_attempts = %(max_attempts)s, retry_base = %(retry_base)s,
-    retry_cap = %(retry_cap)s, enabled = true,
-    next_run_at = coalesce(%(next_run_at)s, next_run_at), timing_hash = %(timing_hash)s, updated_at = now()
-WHERE name = %(name)s
+-- Schedules whose definition changed, a batch at a time (arrays as schedule_insert takes them); a null
+-- next_run_at keeps the planned slot.
+UPDATE fleet.schedules s
+SET every = v.every, cron = v.cron, timezone = v.timezone, start_at = v.start_at,
+    dst_repeated = v.dst_repeated, dst_missing = v.dst_missing, job = v.job, args = v.args,
+    catchup = v.catchup, max_catchup = v.max_catchup, max_lateness = v.max_lateness, grace = v.grace, overlap = v.overlap,
+    timeout = v.timeout, max_attempts = v.max_attempts, retry_base = v.retry_base,
+    retry_cap = v.retry_cap, enabled = true,
+    next_run_at = coalesce(v.next_run_at, s.next_run_at), timing_hash = v.timing_hash, updated_at = now()
+FROM unnest(%(name)s::text[], %(every)s::interval[], %(cron)s::text[], %(timezone)s::text[],
+            %(start_at)s::timestamptz[], %(dst_repeated)s::text[], %(dst_missing)s::text[], %(job)s::text[],
+            %(args)s::jsonb[], %(catchup)s::text[], %(max_catchup)s::int[], %(max_lateness)s::interval[],
+            %(grace)s::interval[], %(overlap)s::text[], %(timeout)s::interval[], %(max_attempts)s::int[],
+            %(retry_base)s::interval[], %(retry_cap)s::interval[], %(next_run_at)s::timestamptz[],
+            %(timing_hash)s::text[])
+     AS v(name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_catchup,
+          max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, next_run_at, timing_hash)
+WHERE s.name = v.name
 
 -- name: schedule_disable
 UPDATE fleet.schedules SET enabled = false, updated_at = now()
