@@ -82,10 +82,10 @@ def render(doc: dict[str, Any], source: str) -> str:
         out += [
             "",
             "A quick run (`--quick`) is a smoke test: one repetition of each drain over small "
-            "backlogs, short lag and ticker windows, no history and no peers. Its throughput figures "
+            "backlogs, short lag and ticker windows, no million schedules, no history and no peers. Its throughput figures "
             "are noisier and lower than a full run's on the same machine, and the targets are set "
             "for a full run: "
-            "`python -m loadtest.bench --json bench.json` (25 to 40 minutes), then "
+            "`python -m loadtest.bench --json bench.json` (45 to 60 minutes), then "
             "`python -m loadtest.bench.docs bench.json > docs/explanation/performance-figures.md`.",
         ]
     order = [s for s in SECTIONS if any(f.get("section") == s for f in figures)]
