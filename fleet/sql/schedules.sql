@@ -16,19 +16,17 @@ FROM fleet.schedules
 ORDER BY name
 
 -- name: schedule_insert
--- New schedules, a batch at a time: one array per column, the i-th element of each for the i-th schedule.
+-- New schedules, a batch at a time: %(rows)s is a JSON array of objects keyed by column.
 INSERT INTO fleet.schedules (name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
                        max_catchup, max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
                        next_run_at, timing_hash)
-SELECT * FROM unnest(%(name)s::text[], %(every)s::interval[], %(cron)s::text[], %(timezone)s::text[],
-                     %(start_at)s::timestamptz[], %(dst_repeated)s::text[], %(dst_missing)s::text[], %(job)s::text[],
-                     %(args)s::jsonb[], %(catchup)s::text[], %(max_catchup)s::int[], %(max_lateness)s::interval[],
-                     %(grace)s::interval[], %(overlap)s::text[], %(timeout)s::interval[], %(max_attempts)s::int[],
-                     %(retry_base)s::interval[], %(retry_cap)s::interval[], %(next_run_at)s::timestamptz[],
-                     %(timing_hash)s::text[])
+SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
+       max_catchup, max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
+       next_run_at, timing_hash
+FROM jsonb_populate_recordset(NULL::fleet.schedules, %(rows)s::jsonb)
 
 -- name: schedule_update
--- Schedules whose definition changed, a batch at a time (arrays as schedule_insert takes them); a null
+-- Schedules whose definition changed, a batch at a time (%(rows)s as schedule_insert takes it); a null
 -- next_run_at keeps the planned slot.
 UPDATE fleet.schedules s
 SET every = v.every, cron = v.cron, timezone = v.timezone, start_at = v.start_at,
@@ -37,14 +35,7 @@ SET every = v.every, cron = v.cron, timezone = v.timezone, start_at = v.start_at
     timeout = v.timeout, max_attempts = v.max_attempts, retry_base = v.retry_base,
     retry_cap = v.retry_cap, enabled = true,
     next_run_at = coalesce(v.next_run_at, s.next_run_at), timing_hash = v.timing_hash, updated_at = now()
-FROM unnest(%(name)s::text[], %(every)s::interval[], %(cron)s::text[], %(timezone)s::text[],
-            %(start_at)s::timestamptz[], %(dst_repeated)s::text[], %(dst_missing)s::text[], %(job)s::text[],
-            %(args)s::jsonb[], %(catchup)s::text[], %(max_catchup)s::int[], %(max_lateness)s::interval[],
-            %(grace)s::interval[], %(overlap)s::text[], %(timeout)s::interval[], %(max_attempts)s::int[],
-            %(retry_base)s::interval[], %(retry_cap)s::interval[], %(next_run_at)s::timestamptz[],
-            %(timing_hash)s::text[])
-     AS v(name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_catchup,
-          max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, next_run_at, timing_hash)
+FROM jsonb_populate_recordset(NULL::fleet.schedules, %(rows)s::jsonb) v
 WHERE s.name = v.name
 
 -- name: schedule_disable
