@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any, Literal
 
 import orjson
@@ -44,7 +45,12 @@ class Change:
     name: str
     outcome: Outcome
     fields: tuple[FieldChange, ...] = ()
-    summary: str = ""  # a created schedule: its timing and job
+    spec: ScheduleSpec | None = None  # a created schedule's
+
+    @property
+    def summary(self) -> str:
+        """A created schedule: its timing and job."""
+        return f"{describe(self.spec.timing)}, job {self.spec.job}" if self.spec is not None else ""
 
 
 @dataclass
@@ -194,9 +200,9 @@ def apply_specs(
     and when the schedule is disabled. A schedule whose definition is unchanged is neither written
     nor locked. Two specs of one name raise ScheduleFileError.
     """
-    names = [s.name for s in specs]
-    twice = sorted(n for n, count in Counter(names).items() if count > 1)
-    if twice:
+    by_name = {s.name: s for s in specs}
+    if len(by_name) != len(specs):
+        twice = sorted(n for n, count in Counter(s.name for s in specs).items() if count > 1)
         raise ScheduleFileError([f"schedule {n!r}: name: declared twice" for n in twice])
     result = ApplyResult(planned=plan)
     with conn.transaction():
@@ -205,45 +211,43 @@ def apply_specs(
         row = conn.execute(q("clock_read"), {"now": now}).fetchone()
         assert row is not None
         db_now: datetime = row["now"]
-        existing = {r["name"]: r for r in conn.execute(q("schedule_definitions")).fetchall()}
-        inserts: list[dict[str, Any]] = []
-        updates: list[dict[str, Any]] = []
+        stored, unwanted = _compare(conn, by_name)
+        # Schedules of one timing (the same cron, say) have the same first slot from the same instant.
+        first_slot = lru_cache(maxsize=4096)(first_slot_at_or_after)
+        inserts: list[tuple[ScheduleSpec, datetime | None]] = []
+        updates: list[tuple[ScheduleSpec, datetime | None]] = []
         recreate: list[str] = []  # runs created ahead go, next_run_at back to the first of them
         replace: list[str] = []  # runs created ahead go, next_run_at re-planned
         for spec in specs:
-            old = existing.get(spec.name)
-            if old is None:
+            if spec.name not in stored:
                 start = spec.start_at if spec.start_at is not None else db_now
-                inserts.append(_params(spec, first_slot_at_or_after(spec.timing, start)))
+                inserts.append((spec, first_slot(spec.timing, start)))
                 result.created.append(spec.name)
-                result.changes.append(
-                    Change(spec.name, "create", summary=f"{describe(spec.timing)}, job {spec.job}")
-                )
+                result.changes.append(Change(spec.name, "create", spec=spec))
                 continue
-            changes = diff(old, spec)
-            replan = old["timing_hash"] != spec.timing_hash() or not old["enabled"]
-            if not changes and not replan:
+            compared = stored[spec.name]
+            if compared is None:
                 result.unchanged.append(spec.name)
                 continue
-            nxt = first_slot_at_or_after(spec.timing, db_now + timedelta(microseconds=1)) if replan else None
-            updates.append(_params(spec, nxt))
+            changes, replan = compared
+            nxt = first_slot(spec.timing, db_now + timedelta(microseconds=1)) if replan else None
+            updates.append((spec, nxt))
             if replan:
                 replace.append(spec.name)
             elif any(c.field in _RUN_FIELDS for c in changes):
                 recreate.append(spec.name)
             (result.replanned if replan else result.updated).append(spec.name)
-            result.changes.append(Change(spec.name, "replan" if replan else "update", tuple(changes)))
+            result.changes.append(Change(spec.name, "replan" if replan else "update", changes))
         if prune:
-            wanted = set(names)
-            result.disabled = [n for n, r in existing.items() if r["enabled"] and n not in wanted]
+            result.disabled = unwanted
             result.changes.extend(Change(n, "disable") for n in result.disabled)
         if plan or not (inserts or updates or result.disabled):
             return result
         with conn.cursor() as cur:
             if inserts:
-                cur.executemany(q("schedule_insert"), inserts)
+                _write(cur, "schedule_insert", inserts)
             if updates:
-                cur.executemany(q("schedule_update"), updates)
+                _write(cur, "schedule_update", updates)
             if result.disabled:
                 cur.execute(q("schedule_disable"), {"names": result.disabled})
             # After the updates, which locked the rows (a ticker creates runs only under that lock).
@@ -252,3 +256,53 @@ def apply_specs(
                     cur.execute(q("slot_withdraw"), {"names": names, "rewind": rewind, "now": now})
         conn.execute(q("schedule_notify"))  # running tickers pick the change up at once
     return result
+
+
+# Stored definitions are read this many at a time (a server-side cursor), not all at once: what
+# apply holds stays near the size of the specs, whatever the number of schedules.
+DEFINITIONS_BATCH = 5000
+WRITE_BATCH = 5000  # schedules per INSERT or UPDATE
+
+
+def _compare(
+    conn: psycopg.Connection[Any], specs: dict[str, ScheduleSpec]
+) -> tuple[dict[str, tuple[tuple[FieldChange, ...], bool] | None], list[str]]:
+    """Each stored schedule that a spec names: None when its definition is the same, else the fields
+    that differ and whether it re-plans; and the enabled ones no spec names, in name order."""
+    stored: dict[str, tuple[tuple[FieldChange, ...], bool] | None] = {}
+    unwanted: list[str] = []
+    with conn.cursor(name="fleet_apply_definitions") as cur:
+        cur.itersize = DEFINITIONS_BATCH
+        cur.execute(q("schedule_definitions"))
+        for old in cur:
+            spec = specs.get(old["name"])
+            if spec is None:
+                if old["enabled"]:
+                    unwanted.append(old["name"])
+                continue
+            changes = diff(old, spec)
+            replan = old["timing_hash"] != spec.timing_hash() or not old["enabled"]
+            stored[spec.name] = (tuple(changes), replan) if changes or replan else None
+    return stored, unwanted
+
+
+def _write(
+    cur: psycopg.Cursor[Any], statement: str, specs: Sequence[tuple[ScheduleSpec, datetime | None]]
+) -> None:
+    """Insert or update schedules WRITE_BATCH to a statement, their parameters as one JSON array
+    (a statement per schedule took longer than everything else apply does at a million, and one
+    array per column as long again as this; COPY is refused by row-level security). Pipelined: the
+    server writes one batch while the next is made."""
+    with cur.connection.pipeline():
+        for start in range(0, len(specs), WRITE_BATCH):
+            rows = [_params(spec, first) for spec, first in specs[start : start + WRITE_BATCH]]
+            cur.execute(q(statement), {"rows": orjson.dumps(rows, default=_json_value).decode()})
+
+
+def _json_value(value: Any) -> Any:
+    """What orjson cannot write itself: an interval (as PostgreSQL reads it) and jsonb."""
+    if isinstance(value, timedelta):
+        return f"{value // timedelta(microseconds=1)} microseconds"
+    if isinstance(value, Jsonb):
+        return value.obj
+    raise TypeError(f"{type(value).__name__} is not a schedule column's value")

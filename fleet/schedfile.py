@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import math
 import re
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -73,7 +75,7 @@ _KEYS = {
 _RETRY_KEYS = {"max_attempts", "base", "cap"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ScheduleSpec:
     """One validated schedule of the file, with every default filled in."""
 
@@ -115,36 +117,84 @@ def default_grace(interval: timedelta) -> timedelta:
 def load(text: str, max_args_bytes: int = MAX_ARGS_BYTES) -> list[ScheduleSpec]:
     """Parse and validate a whole file; raises ScheduleFileError listing every problem."""
     try:
+        return _validate(_slices(text), max_args_bytes)
+    except _NotSliceable:
+        pass
+    try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ScheduleFileError([f"file: not valid TOML: {e}"]) from None
+    return _validate(iter([doc]), max_args_bytes)
+
+
+# A file of a million schedules is parsed a slice of [[schedule]] tables at a time, each slice's tables
+# validated into specs and dropped before the next is parsed: memory holds the specs, not the whole
+# parsed document beside them. A slice starts at a line that is exactly a [[schedule]] header.
+SLICE_TABLES = 2000
+_HEADER_LINE = re.compile(r"^\[\[schedule\]\][ \t]*(?:#[^\n]*)?\r?$", re.MULTILINE)
+
+
+class _NotSliceable(Exception):
+    """A slice is not TOML by itself (a header line inside a multi-line string, or the file is not
+    valid TOML), or one beside the first has a top-level key of its own: the whole text is parsed at
+    once instead, which says what is wrong where."""
+
+
+def _slices(text: str) -> Iterator[dict[str, Any]]:
+    """The documents of the text's slices in order: the first holds what precedes the first header
+    too. When every slice parses and only the first has top-level keys other than `schedule`, they
+    hold the tables the whole document holds, in the same order."""
+    cut = 0
+    for i, header in enumerate(_HEADER_LINE.finditer(text)):
+        if i and i % SLICE_TABLES == 0:
+            yield _slice(text[cut : header.start()], first=cut == 0)
+            cut = header.start()
+    yield _slice(text[cut:], first=cut == 0)
+
+
+def _slice(text: str, first: bool) -> dict[str, Any]:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        raise _NotSliceable from None
+    if not first and doc.keys() != {"schedule"}:
+        raise _NotSliceable
+    return doc
+
+
+def _validate(docs: Iterator[dict[str, Any]], max_args_bytes: int) -> list[ScheduleSpec]:
+    """The specs of the documents' [[schedule]] tables, numbered across them; ScheduleFileError
+    with every problem."""
+    first = next(docs)
     problems: list[str] = []
-    unknown_top = sorted(set(doc) - {"schedule"})
+    unknown_top = sorted(set(first) - {"schedule"})
     if unknown_top:
         problems.append(
             f"file: unknown top-level key(s) {', '.join(unknown_top)} (expected [[schedule]] tables)"
         )
-    raw = doc.get("schedule", [])
-    if not isinstance(raw, list):
+    if not isinstance(first.get("schedule", []), list):
         raise ScheduleFileError(problems + ["file: 'schedule' must be an array of tables ([[schedule]])"])
     specs: list[ScheduleSpec] = []
     seen: dict[str, int] = {}
-    for i, entry in enumerate(raw, start=1):
-        where = f"schedule #{i}"
-        if not isinstance(entry, dict):
-            problems.append(f"{where}: must be a table")
-            continue
-        name = entry.get("name")
-        if isinstance(name, str) and name:
-            where = f"schedule {shown(name)}"
-        spec, errs = parse_entry(entry, where, max_args_bytes)
-        problems.extend(errs)
-        if isinstance(name, str) and name:
-            if name in seen:
-                problems.append(f"{where}: name: declared twice, at [[schedule]] #{seen[name]} and #{i}")
-            seen.setdefault(name, i)
-        if spec is not None:
-            specs.append(spec)
+    i = 0
+    for doc in itertools.chain([first], docs):
+        for entry in doc.get("schedule", []):
+            i += 1
+            where = f"schedule #{i}"
+            if not isinstance(entry, dict):
+                problems.append(f"{where}: must be a table")
+                continue
+            name = entry.get("name")
+            if isinstance(name, str) and name:
+                where = f"schedule {shown(name)}"
+            spec, errs = parse_entry(entry, where, max_args_bytes)
+            problems.extend(errs)
+            if isinstance(name, str) and name:
+                if name in seen:
+                    problems.append(f"{where}: name: declared twice, at [[schedule]] #{seen[name]} and #{i}")
+                seen.setdefault(name, i)
+            if spec is not None:
+                specs.append(spec)
     if problems:
         raise ScheduleFileError(problems)
     return specs

@@ -100,7 +100,7 @@ class TimingError(ValueError):
     """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Timing:
     """When a job fires: exactly one of ``every`` and ``cron`` is set.
 
@@ -456,6 +456,9 @@ def _build(t: Timing, *, strict: bool) -> _IntervalPlan | _CronPlan:
     return _CronPlan(expr=fields, tz=tz, rules=rules)
 
 
+# A file of many schedules repeats its expressions (a million hourly ones have at most 3,600 among
+# them); parsing and probing one costs about as much as the rest of validating its schedule.
+@lru_cache(maxsize=4096)
 def _parse_cron(cron: str, strict: bool) -> tuple[str, bool]:
     """Return the expression as cronsim is to evaluate it, and whether it is a cadence: whether
     its hours are all 24, so that its pattern repeats every hour of real time."""

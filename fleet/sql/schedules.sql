@@ -17,23 +17,27 @@ FROM fleet.schedules
 ORDER BY name
 
 -- name: schedule_insert
+-- New schedules, a batch at a time: %(rows)s is a JSON array of objects keyed by column.
 INSERT INTO fleet.schedules (name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
                        max_catchup, max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
                        retention, next_run_at, timing_hash)
-VALUES (%(name)s, %(every)s, %(cron)s, %(timezone)s, %(start_at)s, %(dst_repeated)s, %(dst_missing)s, %(job)s,
-        %(args)s, %(catchup)s, %(max_catchup)s, %(max_lateness)s, %(grace)s, %(overlap)s, %(timeout)s, %(max_attempts)s,
-        %(retry_base)s, %(retry_cap)s, %(retention)s, %(next_run_at)s, %(timing_hash)s)
+SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
+       max_catchup, max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
+       retention, next_run_at, timing_hash
+FROM jsonb_populate_recordset(NULL::fleet.schedules, %(rows)s::jsonb)
 
 -- name: schedule_update
--- A schedule whose definition changed; a null next_run_at keeps the planned slot.
-UPDATE fleet.schedules
-SET every = %(every)s, cron = %(cron)s, timezone = %(timezone)s, start_at = %(start_at)s,
-    dst_repeated = %(dst_repeated)s, dst_missing = %(dst_missing)s, job = %(job)s, args = %(args)s,
-    catchup = %(catchup)s, max_catchup = %(max_catchup)s, max_lateness = %(max_lateness)s, grace = %(grace)s, overlap = %(overlap)s,
-    timeout = %(timeout)s, max_attempts = %(max_attempts)s, retry_base = %(retry_base)s,
-    retry_cap = %(retry_cap)s, retention = %(retention)s, enabled = true,
-    next_run_at = coalesce(%(next_run_at)s, next_run_at), timing_hash = %(timing_hash)s, updated_at = now()
-WHERE name = %(name)s
+-- Schedules whose definition changed, a batch at a time (%(rows)s as schedule_insert takes it); a null
+-- next_run_at keeps the planned slot.
+UPDATE fleet.schedules s
+SET every = v.every, cron = v.cron, timezone = v.timezone, start_at = v.start_at,
+    dst_repeated = v.dst_repeated, dst_missing = v.dst_missing, job = v.job, args = v.args,
+    catchup = v.catchup, max_catchup = v.max_catchup, max_lateness = v.max_lateness, grace = v.grace, overlap = v.overlap,
+    timeout = v.timeout, max_attempts = v.max_attempts, retry_base = v.retry_base,
+    retry_cap = v.retry_cap, retention = v.retention, enabled = true,
+    next_run_at = coalesce(v.next_run_at, s.next_run_at), timing_hash = v.timing_hash, updated_at = now()
+FROM jsonb_populate_recordset(NULL::fleet.schedules, %(rows)s::jsonb) v
+WHERE s.name = v.name
 
 -- name: schedule_disable
 UPDATE fleet.schedules SET enabled = false, updated_at = now()

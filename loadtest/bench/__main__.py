@@ -9,7 +9,8 @@ Sections (--only), one line each:
     sustained  100,000 schedules every minute for 10 minutes: lag, missed slots, ticker CPU
     claimers   4, 16 and 64 worker processes draining one backlog, and their connections
     ticker     materialisation rate, CPU
-    history    the drain over millions of finished rows
+    million    apply of a million-schedule file, one ticker over it
+    history    the drain over 20 million finished rows
     reclaim    SIGKILL to retake
     async      one worker running 1,000 async handlers that each sleep 1 s
     metrics    a scrape and its computation at 20,000 schedules
@@ -50,6 +51,7 @@ MODULES = {
     "sustained": "loadtest.bench.sustained",
     "claimers": "loadtest.bench.claimers",
     "ticker": "loadtest.bench.ticker_cost",
+    "million": "loadtest.bench.million",
     "history": "loadtest.bench.history",
     "reclaim": "loadtest.bench.reclaim",
     "async": "loadtest.bench.async_handlers",
@@ -63,7 +65,9 @@ MODULES = {
 def parse(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
     p = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "--quick", action="store_true", help="small sizes, one repetition; skips history, peers and sustained"
+        "--quick",
+        action="store_true",
+        help="small sizes, one repetition; skips million, history, peers and sustained",
     )
     p.add_argument("--only", help=f"comma-separated sections: {', '.join(SECTIONS)}")
     p.add_argument(

@@ -17,6 +17,7 @@ SECTIONS = (
     "sustained",
     "claimers",
     "ticker",
+    "million",
     "history",
     "reclaim",
     "async",
@@ -27,7 +28,7 @@ SECTIONS = (
     "peers",
 )
 # Left out of --quick unless named with --only: they take minutes even at the quick sizes.
-SLOW_SECTIONS = ("history", "peers", "sustained")
+SLOW_SECTIONS = ("million", "history", "peers", "sustained")
 
 # The worker flags every fleet measurement uses (the issue's, equal to the defaults for --claim-batch).
 WORKER_FLAGS = ("--concurrency", "100", "--claim-batch", "100")
@@ -84,7 +85,7 @@ def options(
         burst_s=12.0 if quick else 35.0,
         schedules=2_000 if quick else 10_000,
         ticker_cpu_s=62.0 if quick else 122.0,
-        history_rows=500_000 if quick else 5_000_000,
+        history_rows=500_000 if quick else 20_000_000,
         kills=5 if quick else 20,
         lease_s=2.0,
         retention_rows=300_000 if quick else 2_000_000,

@@ -25,6 +25,7 @@ SECTIONS = {
     "sustained": "Sustained: schedules every minute, for minutes",
     "claimers": "Claimers: many worker processes draining one backlog",
     "ticker": "Ticker: materialising slots",
+    "million": "A million schedules: apply and one ticker",
     "history": "Drain over a long history of finished runs",
     "reclaim": "Reclaim after a worker is killed",
     "dashboard": "Dashboard: each page's cost, and a live page's load on the database",
@@ -87,10 +88,10 @@ def render(doc: dict[str, Any], source: str) -> str:
         out += [
             "",
             "A quick run (`--quick`) is a smoke test: one repetition of each drain over small "
-            "backlogs, short lag and ticker windows, a herd of 5,000, no history, no peers and no "
+            "backlogs, short lag and ticker windows, a herd of 5,000, no million schedules, no history, no peers and no "
             "sustained load. Its throughput figures are noisier and lower than a full run's on the same "
             "machine, and the targets are set for a full run: "
-            "`python -m loadtest.bench --json bench.json` (45 to 65 minutes), then "
+            "`python -m loadtest.bench --json bench.json` (about 90 minutes), then "
             "`python -m loadtest.bench.docs bench.json > docs/explanation/performance-figures.md`.",
         ]
     order = [s for s in SECTIONS if any(f.get("section") == s for f in figures)]

@@ -58,7 +58,14 @@ def test_reapplying_a_large_unchanged_file_costs_a_ticker_no_slot(
         {"every": bulk.timing.every, "start": bulk.start_at, "hash": bulk.timing_hash(), "n": LARGE},
     )
     with processes() as procs:
-        procs.append(Proc(ticker_cmd("--poll", "0.5", "--id", "t1"), env_for(db_url), tmp_path / "t1.log"))
+        # slots created when due (no lookahead): an apply that held the ticker up would make them late
+        procs.append(
+            Proc(
+                ticker_cmd("--poll", "0.5", "--id", "t1", "--lookahead", "0"),
+                env_for(db_url),
+                tmp_path / "t1.log",
+            )
+        )
         wait_for(lambda: len(tick_slots(conn)) >= 2, what="the ticker to materialise the 1-second slots")
         window_start = scalar(conn, "SELECT now()")
         # Slots due before the ticker started were missed (catch-up skip): only later ones count.

@@ -14,12 +14,14 @@ import psycopg
 import pytest
 
 from fleet.apply import apply_specs
+from fleet.db import connect
 from fleet.schedfile import load
 from loadtest.bench.backlog import add_schedule
 from loadtest.bench.bouncer import PGBOUNCER, bouncer
 from loadtest.bench.bouncer import WORKER_FLAGS as BOUNCER_FLAGS
 from loadtest.bench.claimers import SampledDrain
 from loadtest.bench.config import Bench, options
+from loadtest.bench.million import timed_apply, write_file
 from loadtest.bench.server import Server
 from loadtest.bench.ticker_cost import materialise
 from tests.support import ROOT
@@ -142,3 +144,25 @@ def test_a_claimers_drain_runs_through_pgbouncer(server_url: str, tmp_path: Path
     finally:
         bench.close()
     assert not bench.procs.started
+
+
+def test_the_million_sections_apply_is_timed_with_its_peak_rss(server_url: str, tmp_path: Path) -> None:
+    """The million section's apply step on a small file (the full section applies a million
+    schedules and runs a ticker for ten minutes)."""
+    bench = Bench(options(("million",), True, None, None, (1,)), Server(server_url), tmp_path / "logs")
+    try:
+        url = bench.server.database("million")
+        path = tmp_path / "schedules.toml"
+        write_file(path, 500)
+        wall, peak_mib, cpu_s = timed_apply(bench, url, path, "apply")
+        assert wall > 0 and 10 < peak_mib < 2048 and cpu_s > 0, (wall, peak_mib, cpu_s)
+        assert not bench.procs.started  # reaped: nothing left to stop
+        with connect(url, "test") as conn:
+            row = conn.execute(
+                "SELECT count(*) AS n, count(DISTINCT cron) AS crons FROM fleet.schedules"
+            ).fetchone()
+        assert row == {"n": 500, "crons": 500}
+        timed_apply(bench, url, path, "again")
+        assert "created 0, updated 0, replanned 0, unchanged 500" in bench.log("again").read_text()
+    finally:
+        bench.close()
