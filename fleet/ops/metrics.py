@@ -155,6 +155,15 @@ class FleetCollector(Collector):
                 yield GaugeMetricFamily("fleet_database_up", _UP_HELP, 0)
                 return
             yield GaugeMetricFamily("fleet_database_up", _UP_HELP, 1)
+            by_verdict = Counter(s.verdict for s in schedules)
+            g = GaugeMetricFamily(
+                "fleet_schedules",
+                "schedules by verdict: one alert on the unhealthy ones, whatever their number",
+                labels=["verdict"],
+            )
+            for v in health.SEVERITY:
+                g.add_metric([v], by_verdict[v])
+            yield g
             yield from self._health(schedules)
             kinds = Counter(p["kind"] for p in processes)
             g = GaugeMetricFamily("fleet_processes", "live tickers and workers", labels=["kind"])

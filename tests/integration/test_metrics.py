@@ -65,6 +65,8 @@ def test_a_scrape_carries_health_numbers_and_counters_that_survive_prune(
     assert value(first, "fleet_schedule_interval_seconds", schedule="t") == 60
     assert value(first, "fleet_schedule_verdict", schedule="t", verdict="LATE") == 1  # a day without success
     assert value(first, "fleet_processes", kind="worker") == 1
+    by_verdict = {v: value(first, "fleet_schedules", verdict=v) for v in ("DEAD", "LATE", "OK", "PAUSED")}
+    assert by_verdict == {"DEAD": 1, "LATE": 1, "OK": 0, "PAUSED": 0}  # s and t, each counted once
     # counting starts with the exporter: what finished before is not counted
     assert value(first, "fleet_runs_finished_total", schedule="s", status="done") == 0
 
