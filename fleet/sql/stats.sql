@@ -42,6 +42,15 @@ merged AS (
             FROM (SELECT st.last_slot IS NULL
                          OR (EXCLUDED.last_slot, EXCLUDED.last_finished_at)
                             >= (st.last_slot, coalesce(st.last_finished_at, '-infinity')) AS n) x)
+    -- Only where something is newer: a step reads back over its margin, and rewriting every stats
+    -- row it meets again would write each schedule's row about margin / period times per run.
+    WHERE (EXCLUDED.last_success_slot IS NOT NULL
+           AND (st.last_success_slot IS NULL
+                OR (EXCLUDED.last_success_slot, EXCLUDED.last_success_at)
+                   > (st.last_success_slot, coalesce(st.last_success_at, '-infinity'))))
+       OR st.last_slot IS NULL
+       OR (EXCLUDED.last_slot, EXCLUDED.last_finished_at)
+          > (st.last_slot, coalesce(st.last_finished_at, '-infinity'))
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM fin) AS runs, (SELECT count(*) FROM merged) AS schedules

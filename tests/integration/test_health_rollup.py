@@ -113,6 +113,14 @@ def test_runs_finished_after_the_mark_are_read_at_once_and_merged_later(
     b = stats(conn, "b")
     assert b is not None and b["last_slot"] == SLOT + 2 * H
     assert read(conn) == probed(conn)
+    # each step reads back over its margin: what is not newer is not written again
+    versions = {
+        r["name"]: r["xmin"] for r in conn.execute("SELECT name, xmin::text FROM fleet.schedule_stats")
+    }
+    roll(conn)
+    assert {
+        r["name"]: r["xmin"] for r in conn.execute("SELECT name, xmin::text FROM fleet.schedule_stats")
+    } == versions
 
 
 def test_a_retried_or_discarded_dead_run_is_exact_at_once(conn: psycopg.Connection[Any]) -> None:
