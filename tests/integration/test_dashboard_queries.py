@@ -64,21 +64,62 @@ def test_the_overview_verdicts_are_computed_once_per_refresh_and_afresh_after_an
     conn: psycopg.Connection[Any],
 ) -> None:
     from fleet.ops.dashboard.pages import SharedHealth
+    from fleet.ops.inspect import schedule_health
     from tests.support import apply_text
 
     now = [100.0]
-    shared = SharedHealth(max_age_s=2.7, clock=lambda: now[0])
-    apply_text(conn, '[[schedule]]\nname = "a"\nevery = "60s"\njob = "noop"\n')
-    assert [h.name for h in shared.get(conn)] == ["a"]
-    apply_text(
-        conn,
-        '[[schedule]]\nname = "a"\nevery = "60s"\njob = "noop"\n[[schedule]]\nname = "b"\nevery = "60s"\njob = "noop"\n',
-    )
-    now[0] += 2.0
-    assert [h.name for h in shared.get(conn)] == ["a"]  # shared: still the computation of 2 s ago
-    now[0] += 0.7
-    assert [h.name for h in shared.get(conn)] == ["a", "b"]  # aged out: computed again
+    computed: list[float] = []
+
+    def compute() -> list[Any]:
+        computed.append(now[0])
+        return schedule_health(conn)
+
+    one = '[[schedule]]\nname = "a"\nevery = "60s"\njob = "noop"\n'
+    shared = SharedHealth(compute, max_age_s=3.0, background=False, clock=lambda: now[0])
+    apply_text(conn, one)
+    assert [h.name for h in shared.get()] == ["a"]
+    apply_text(conn, one + one.replace('"a"', '"b"'))
+    now[0] += 5.0
+    assert [h.name for h in shared.get()] == ["a"]  # shared: the computation of 5 s ago still serves
+    now[0] += 1.5
+    assert [h.name for h in shared.get()] == ["a", "b"]  # older than twice the period: computed anew
+    assert computed == [100.0, 106.5]
     conn.execute("UPDATE fleet.schedules SET paused_at = now() WHERE name = 'b'")
-    assert [h.verdict for h in shared.get(conn)] == ["OK", "OK"]
+    assert [h.verdict for h in shared.get()] == ["OK", "OK"]
     shared.invalidate()  # an action from the dashboard: the next page shows its effect
-    assert [h.verdict for h in shared.get(conn)] == ["OK", "PAUSED"]
+    assert [h.verdict for h in shared.get()] == ["OK", "PAUSED"]
+
+
+def test_the_overview_verdicts_are_refreshed_in_the_background_while_a_page_watches(db_url: str) -> None:
+    import threading
+    import time
+
+    from fleet.db import connect
+    from fleet.ops.dashboard.pages import SharedHealth
+    from fleet.ops.inspect import schedule_health
+
+    lock = threading.Lock()
+    computed: list[float] = []
+
+    with connect(db_url, "t") as c:
+
+        def compute() -> list[Any]:
+            with lock:
+                computed.append(time.monotonic())
+                return schedule_health(c)
+
+        shared = SharedHealth(compute, max_age_s=0.2, watch_s=0.6)
+        try:
+            shared.get()  # the first page computes; then the thread keeps it fresh
+            for _ in range(10):
+                time.sleep(0.1)
+                started = time.monotonic()
+                shared.get()
+                assert time.monotonic() - started < 0.05  # served, not computed, while watched
+            assert len(computed) >= 4
+            time.sleep(1.0)  # nobody watches: the thread stops computing
+            idle = len(computed)
+            time.sleep(0.6)
+            assert len(computed) == idle
+        finally:
+            shared.close()

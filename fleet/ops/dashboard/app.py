@@ -23,9 +23,10 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from fleet import logs
 from fleet.errors import DatabaseUnavailable, RequestError, UnknownRun, UnknownSchedule, UsageError
-from fleet.ops.inspect import human
+from fleet.ops.inspect import human, schedule_health
 from fleet.ops.targets import iso, parse_instant
 from fleet.queries import q
+from fleet.results import ScheduleHealth
 
 from . import pages
 from .config import DashboardSettings, is_loopback
@@ -100,9 +101,9 @@ class Dashboard:
         self.pool = pool
         # A secret of this process, in every form: a page of another site cannot know it.
         self.csrf = secrets.token_urlsafe(32)
-        # the overview's verdicts, shared by every page open on it: computed at most once per
-        # refresh period however many operators watch
-        self.health = pages.SharedHealth(max_age_s=settings.refresh_s * 0.9)
+        # the overview's verdicts, shared by every page open on it: computed once per refresh
+        # period while anyone watches, however many operators do
+        self.health = pages.SharedHealth(self._health_rows, max_age_s=settings.refresh_s)
         self._flashes: OrderedDict[str, str] = OrderedDict()
         self._flash_lock = threading.Lock()
         self.env = jinja2.Environment(
@@ -210,6 +211,14 @@ class Dashboard:
         template = f"{page}_live.html" if fragment else f"{page}.html"
         body = self.env.get_template(template).render(**data, **extra).encode()
         return Response(200, body)
+
+    def close(self) -> None:
+        self.health.close()
+
+    def _health_rows(self) -> list[ScheduleHealth]:
+        with self.pool.connection(timeout=POOL_WAIT_S) as conn:
+            conn.execute(q("session_configure"), {"ms": STATEMENT_TIMEOUT_MS})
+            return schedule_health(conn)
 
     def _read(self, fn: Callable[[psycopg.Connection[Any]], dict[str, Any]]) -> dict[str, Any]:
         with self.pool.connection(timeout=POOL_WAIT_S) as conn:

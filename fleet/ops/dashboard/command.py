@@ -37,11 +37,11 @@ class RunningDashboard:
 
         self.settings = settings
         self.pool = make_pool(url, "fleetctl dashboard", min_size=1, max_size=settings.threads)
+        self.app = Dashboard(settings, self.pool)
         try:
-            self.server = DashboardServer(
-                (settings.host, settings.port), Dashboard(settings, self.pool), settings.threads
-            )
+            self.server = DashboardServer((settings.host, settings.port), self.app, settings.threads)
         except OSError as e:
+            self.app.close()
             self.pool.close()
             where = f"{settings.host}:{settings.port}"
             raise UsageError(f"--listen: cannot listen on {where}: {e.strerror}") from None
@@ -66,6 +66,7 @@ class RunningDashboard:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
+        self.app.close()
         self.pool.close()
 
 

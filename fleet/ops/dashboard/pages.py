@@ -14,7 +14,7 @@ from typing import Any, Final
 import orjson
 import psycopg
 
-from fleet import health
+from fleet import health, logs
 from fleet.errors import UsageError
 from fleet.inspect import run_history
 from fleet.ops.inspect import live_processes, schedule_health
@@ -40,31 +40,91 @@ VERDICTS: Final = health.SEVERITY
 
 
 class SharedHealth:
-    """Every schedule's health, computed at most once per `max_age_s` however many pages ask.
+    """Every schedule's health for the overview, shared by every page open on it, kept fresh by a
+    thread of its own while anyone watches.
 
-    Each open overview asks again every refresh period; with many schedules and several operators
-    watching, the database would compute the same verdicts for each of them. One computation is
-    shared instead: a page asking while another computes waits for that one, and an action taken
-    from the dashboard (retry, pause...) makes the next page compute afresh.
+    An open overview asks again every refresh period. Computing the verdicts of many schedules for
+    each request would make every page as slow as that computation and multiply the database's work
+    by the number of operators watching. Instead one computation serves everybody: while pages keep
+    asking (within `watch_s`), a background thread computes anew every `max_age_s`, and a page is
+    served the latest result at once. A page that finds none, or one older than twice `max_age_s`
+    (nobody watched for a while), or asks after an action taken from the dashboard (`invalidate`),
+    waits for a computation of its own, shared with any page asking meanwhile.
     """
 
-    def __init__(self, max_age_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        compute: Callable[[], list[ScheduleHealth]],
+        max_age_s: float,
+        *,
+        watch_s: float | None = None,
+        background: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.compute = compute
         self.max_age_s = max_age_s
+        self.watch_s = 3 * max_age_s if watch_s is None else watch_s
         self.clock = clock
-        self._lock = threading.Lock()
+        self._state = threading.Lock()  # guards the fields below
+        self._computing = threading.Lock()  # one computation at a time
         self._rows: list[ScheduleHealth] | None = None
-        self._at = 0.0
+        self._at = 0.0  # when the rows were computed (started)
+        self._asked = float("-inf")
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._refresh, name="dashboard-health", daemon=True)
+            self._thread.start()
 
-    def get(self, conn: psycopg.Connection[Any]) -> list[ScheduleHealth]:
-        with self._lock:
-            if self._rows is None or self.clock() - self._at >= self.max_age_s:
-                self._rows = schedule_health(conn)
-                self._at = self.clock()
-            return self._rows
+    def get(self) -> list[ScheduleHealth]:
+        with self._state:
+            now = self.clock()
+            self._asked = now
+            rows, at = self._rows, self._at
+        self._wake.set()
+        if rows is not None and now - at < 2 * self.max_age_s:
+            return rows
+        return self._recompute(newer_than=at)
 
     def invalidate(self) -> None:
-        with self._lock:
+        with self._state:
             self._rows = None
+
+    def close(self) -> None:
+        self._closed.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _recompute(self, newer_than: float) -> list[ScheduleHealth]:
+        with self._computing:
+            with self._state:
+                if self._rows is not None and self._at > newer_than:
+                    return self._rows  # another page computed it meanwhile
+            started = self.clock()
+            rows = self.compute()
+            with self._state:
+                self._rows, self._at = rows, started
+            return rows
+
+    def _refresh(self) -> None:
+        while not self._closed.is_set():
+            with self._state:
+                watched = self.clock() - self._asked < self.watch_s
+                due_in = self._at + self.max_age_s - self.clock() if self._rows is not None else 0.0
+            if not watched:
+                self._wake.wait()  # nobody watches: no work until a page asks
+                self._wake.clear()
+                continue
+            if due_in > 0:
+                self._closed.wait(due_in)
+                continue
+            try:
+                self._recompute(newer_than=self.clock() - self.max_age_s / 2)
+            except Exception as e:  # noqa: BLE001 - a page that asks computes (and reports) it itself
+                logs.event("dashboard_refresh_failed", error=str(e).strip()[:300])
+                self._closed.wait(self.max_age_s)
 
 
 @dataclass
@@ -81,8 +141,8 @@ def overview(
     shared: SharedHealth | None = None,
 ) -> dict[str, Any]:
     """Every schedule's health, filtered by verdict and by a part of its name, one page of them.
-    With `shared`, the verdicts come from its latest computation (at most its max age old)."""
-    every = shared.get(conn) if shared is not None else schedule_health(conn)
+    With `shared`, the verdicts come from its latest computation (see SharedHealth)."""
+    every = shared.get() if shared is not None else schedule_health(conn)
     counts = {v: 0 for v in VERDICTS}
     for h in every:
         counts[h.verdict] += 1
