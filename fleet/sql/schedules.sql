@@ -73,9 +73,15 @@ WHERE enabled AND paused_at IS NULL
 
 -- name: schedule_retention_page
 -- The next schedules of a retention pass, in name order from `after` (included with `inclusive`),
--- each with its cutoff: the pass's start minus the schedule's own retention, or the fleet's default.
-SELECT s.name, %(start)s::timestamptz - coalesce(s.retention, %(default)s::interval) AS cutoff
+-- each with its cutoff: the pass's start minus the schedule's own retention, or the fleet's default,
+-- and whether it has a finished run older than that at all (one probe of its primary key), so that
+-- a schedule with nothing to remove costs no statement of its own.
+SELECT s.name, c.cutoff,
+       EXISTS (SELECT 1 FROM fleet.job_runs r
+               WHERE r.schedule_name = s.name AND r.scheduled_for < c.cutoff
+                 AND r.status IN ('done', 'skipped')) AS expired
 FROM fleet.schedules s
+CROSS JOIN LATERAL (SELECT %(start)s::timestamptz - coalesce(s.retention, %(default)s::interval) AS cutoff) c
 WHERE s.name > %(after)s OR (%(inclusive)s AND s.name = %(after)s)
 ORDER BY s.name
 LIMIT %(limit)s

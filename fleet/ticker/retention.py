@@ -3,8 +3,9 @@
 A pass is a chore (fleet.chores): one ticker at a time takes a small step of it between ticks, and
 the next step goes on from the stored position, whichever ticker takes it. A pass walks the
 schedules in name order and, within a schedule, its runs along the primary key, deleting at most
-`batch` runs per step; it costs about one index probe per schedule plus the runs it deletes. The
-cutoffs are fixed when the pass starts (its `mark`), so a pass is exact per schedule as of then.
+`batch` runs per step; it costs about one index probe per schedule (all of a step's schedules in one
+statement) plus a statement for each schedule with runs to delete. The cutoffs are fixed when the
+pass starts (its `mark`), so a pass is exact per schedule as of then.
 One `retention_pass` line is logged when a pass ends, with what it removed in all its steps.
 """
 
@@ -84,6 +85,8 @@ def retention_step(
     ).fetchall()
     removed = 0
     for row in page:
+        if not row["expired"]:
+            continue  # nothing older than its cutoff: no statement of its own
         name = row["name"]
         room = batch - removed
         after = pos.slot if name == pos.schedule and pos.slot is not None else _EARLIEST
