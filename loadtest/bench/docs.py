@@ -2,6 +2,9 @@
 FILE`) as a Markdown page, so that the figures in the docs are one run's own output, never retyped.
 
     python -m loadtest.bench.docs bench.json > docs/explanation/performance-figures.md
+
+With `--rerun AGAIN.json` (a run of some sections only, `--only`), those sections' figures and notes
+come from that run instead, and the page says which and when.
 """
 
 from __future__ import annotations
@@ -84,6 +87,12 @@ def render(doc: dict[str, Any], source: str) -> str:
         f"- **Targets**: {len(with_target) - len(missed)} of {len(with_target)} met"
         + (f"; missed: {', '.join(_cell(f['label']) for f in missed)}." if missed else "."),
     ]
+    for again in meta.get("reruns", []):
+        out.append(
+            f"- **Measured again**: {', '.join(again.get('sections', []))}, in a second run started "
+            f"{again.get('started', '?')} ({again.get('seconds', '?')} s) on the same machine and server; "
+            "their figures below are that run's."
+        )
     if kind == "quick":
         out += [
             "",
@@ -113,15 +122,50 @@ def render(doc: dict[str, Any], source: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def merge(doc: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
+    """`doc` with the sections that `again` measured replaced by its figures and notes."""
+    try:
+        sections = set(again["meta"]["sections"])
+        figures, notes = again["figures"], again.get("notes", [])
+    except (KeyError, TypeError):
+        raise BenchFileError(
+            "the rerun: expected an object with 'meta' (with 'sections') and 'figures'"
+        ) from None
+    kept = [f for f in doc.get("figures", []) if f.get("section") not in sections]
+    kept_notes = [n for n in doc.get("notes", []) if str(n).split(":", 1)[0] not in sections]
+    meta = {**doc.get("meta", {})}
+    reruns = [*meta.get("reruns", [])]
+    reruns.append({k: again["meta"].get(k) for k in ("sections", "started", "seconds")})
+    meta["reruns"] = reruns
+    return {**doc, "meta": meta, "figures": kept + list(figures), "notes": kept_notes + list(notes)}
+
+
+def _read(path: Path) -> dict[str, Any]:
+    doc = orjson.loads(path.read_bytes())
+    if not isinstance(doc, dict):
+        raise BenchFileError("expected a JSON object")
+    return doc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m loadtest.bench.docs", description=__doc__.split("\n\n")[0])
     p.add_argument("file", type=Path, help="the JSON written by `python -m loadtest.bench --json FILE`")
+    p.add_argument(
+        "--rerun",
+        type=Path,
+        action="append",
+        default=[],
+        help="a later run of some sections, whose figures win",
+    )
+    p.add_argument("--write-json", type=Path, help="also write the merged JSON here")
     a = p.parse_args(argv)
     try:
-        doc = orjson.loads(a.file.read_bytes())
-        if not isinstance(doc, dict):
-            raise BenchFileError("expected a JSON object")
-        sys.stdout.write(render(doc, str(a.file)))
+        doc = _read(a.file)
+        for path in a.rerun:
+            doc = merge(doc, _read(path))
+        if a.write_json:
+            a.write_json.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        sys.stdout.write(render(doc, str(a.write_json or a.file)))
     except OSError as e:
         print(f"loadtest.bench.docs: file: cannot read {a.file}: {e.strerror}", file=sys.stderr)
         return 2

@@ -146,3 +146,33 @@ def test_a_file_that_is_not_a_report_is_refused_with_exit_2(
     assert bench_docs.main([str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all(line.startswith("loadtest.bench.docs: file: ") for line in err), err
+
+
+def test_a_rerun_replaces_the_sections_it_measured_and_the_page_says_so() -> None:
+    def fig(section: str, value: float) -> dict[str, object]:
+        return {
+            "key": f"{section}.x",
+            "section": section,
+            "label": f"{section} x",
+            "value": value,
+            "unit": "s",
+        }
+
+    first = {
+        "meta": {"started": "T1", "sections": ["herd", "lag"], "quick": False},
+        "figures": [fig("herd", 13.0), fig("lag", 5.0)],
+        "notes": ["herd: how, first", "lag: how"],
+    }
+    again = {
+        "meta": {"started": "T2", "sections": ["herd"], "seconds": 90.0},
+        "figures": [fig("herd", 8.0)],
+        "notes": ["herd: how, again"],
+    }
+    merged = bench_docs.merge(first, again)
+    assert [(f["section"], f["value"]) for f in merged["figures"]] == [("lag", 5.0), ("herd", 8.0)]
+    assert merged["notes"] == ["lag: how", "herd: how, again"]
+    text = bench_docs.render(merged, "bench.json")
+    assert "**Measured again**: herd, in a second run started T2 (90.0 s)" in text
+    assert "| herd x | 8.00 |" in text and "13.0" not in text
+    with pytest.raises(bench_docs.BenchFileError):
+        bench_docs.merge(first, {"figures": []})
