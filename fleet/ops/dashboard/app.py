@@ -93,6 +93,10 @@ def slot_url(name: str, slot: datetime | str) -> str:
     return f"{schedule_url(name)}/slots/{urllib.parse.quote(str(text), safe=':')}"
 
 
+# The overview's verdicts are computed anew every this many refresh periods.
+OVERVIEW_REFRESHES: Final = 3
+
+
 class Dashboard:
     """Answers requests; safe to call from several threads (each borrows its own connection)."""
 
@@ -101,9 +105,10 @@ class Dashboard:
         self.pool = pool
         # A secret of this process, in every form: a page of another site cannot know it.
         self.csrf = secrets.token_urlsafe(32)
-        # the overview's verdicts, shared by every page open on it: computed once per refresh
-        # period while anyone watches, however many operators do
-        self.health = pages.SharedHealth(self._health_rows, max_age_s=settings.refresh_s)
+        # the overview's verdicts, shared by every page open on it: computed every third refresh
+        # while anyone watches, however many operators do (verdicts move on the schedules' own
+        # cadence, seconds to hours; each computation reads every schedule)
+        self.health = pages.SharedHealth(self._health_rows, max_age_s=OVERVIEW_REFRESHES * settings.refresh_s)
         self._flashes: OrderedDict[str, str] = OrderedDict()
         self._flash_lock = threading.Lock()
         self.env = jinja2.Environment(
