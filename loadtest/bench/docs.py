@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             a.write_json.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
         sys.stdout.write(render(doc, str(a.write_json or a.file)))
     except OSError as e:
-        print(f"loadtest.bench.docs: file: cannot read {a.file}: {e.strerror}", file=sys.stderr)
+        print(f"loadtest.bench.docs: file: cannot use {e.filename or a.file}: {e.strerror}", file=sys.stderr)
         return 2
     except (orjson.JSONDecodeError, BenchFileError) as e:
         print(f"loadtest.bench.docs: file: {a.file} is not a benchmark report: {e}", file=sys.stderr)
