@@ -46,6 +46,7 @@ class Ticker:
         self.listen: psycopg.Connection[Any] | None = None
         self.is_leader = not settings.leader
         self.chores = ticker_chores(settings)
+        self.chores_due = 0.0  # monotonic time at which the earliest chore is due
         self.last_touch = 0.0
         self.ticks = 0
         # db_unavailable and db_error: when the trouble starts, then every 30 s while it lasts
@@ -67,6 +68,7 @@ class Ticker:
         check_schema(self.conn)
         process_register(self.conn, self.settings.ticker_id, "ticker")
         chores.register(self.conn, self.chores)
+        self.chores_due = 0.0
         self._unavailable_log.reset()
         self.is_leader = not self.settings.leader
 
@@ -154,16 +156,20 @@ class Ticker:
             return True
         if result.still_due:
             return False
-        # Housekeeping between ticks, one small step per due chore, so a slot never waits long.
-        stepped = chores.run_due(self.conn, self.chores)
+        # Housekeeping between ticks, one small step per due chore, so a slot never waits long;
+        # the chores' table is read only once the earliest of them is due, not at every tick.
+        if self.chores and time.monotonic() >= self.chores_due:
+            stepped = chores.run_due(self.conn, self.chores)
+            chore_wait = chores.next_wait(self.conn, self.chores)
+            # a chore due but held by another ticker: look again shortly, not in a busy loop
+            chore_wait = max(chore_wait if chore_wait is not None else s.poll_s, 0.0 if stepped else 0.1)
+            self.chores_due = time.monotonic() + chore_wait
         row = self.conn.execute(
             q("schedule_next_wait"), {"now": None, "lookahead": self.lookahead}
         ).fetchone()
         wait = row["wait_s"] if row and row["wait_s"] is not None else s.poll_s
-        chore_wait = chores.next_wait(self.conn, self.chores)
-        if chore_wait is not None and not s.until_idle:
-            # a chore due but held by another ticker: look again shortly, not in a busy loop
-            wait = min(wait, max(chore_wait, 0.0 if stepped else 0.1))
+        if self.chores and not s.until_idle:
+            wait = min(wait, self.chores_due - time.monotonic())
         if s.until_idle and wait > 0:
             return True
         self._wait(max(0.0, min(wait, s.poll_s)))

@@ -98,39 +98,28 @@ def run(bench: Bench, report: Report) -> None:
     finally:
         path.unlink(missing_ok=True)
     what = f"fleetctl apply, a file of {n:,} hourly schedules"
-    report.add(
-        "million.apply",
-        f"{what}, creating them: wall time",
-        created[0],
-        "s",
-        target=f"< {APPLY_TARGET_S:g}",
-        ok=lambda v: v < APPLY_TARGET_S,
-    )
-    report.add(
-        "million.apply_rss",
-        f"{what}, creating them: peak RSS of fleetctl",
-        created[1],
-        "MiB",
-        target=f"< {APPLY_TARGET_MIB:g}",
-        ok=lambda v: v < APPLY_TARGET_MIB,
-    )
-    report.add("million.apply_cpu", f"{what}, creating them: CPU of fleetctl", created[2], "s")
-    report.add(
-        "million.apply_again",
-        f"{what}, again unchanged: wall time",
-        again[0],
-        "s",
-        target=f"< {APPLY_TARGET_S:g}",
-        ok=lambda v: v < APPLY_TARGET_S,
-    )
-    report.add(
-        "million.apply_again_rss",
-        f"{what}, again unchanged: peak RSS of fleetctl",
-        again[1],
-        "MiB",
-        target=f"< {APPLY_TARGET_MIB:g}",
-        ok=lambda v: v < APPLY_TARGET_MIB,
-    )
+    for key, how, (wall, rss, cpu) in (
+        ("apply", "creating them", created),
+        ("apply_again", "again unchanged", again),
+    ):
+        report.add(
+            f"million.{key}",
+            f"{what}, {how}: wall time",
+            wall,
+            "s",
+            target=f"< {APPLY_TARGET_S:g}",
+            ok=lambda v: v < APPLY_TARGET_S,
+        )
+        report.add(
+            f"million.{key}_rss",
+            f"{what}, {how}: peak RSS of fleetctl",
+            rss,
+            "MiB",
+            target=f"< {APPLY_TARGET_MIB:g}",
+            ok=lambda v: v < APPLY_TARGET_MIB,
+        )
+        if key == "apply":
+            report.add("million.apply_cpu", f"{what}, {how}: CPU of fleetctl", cpu, "s")
 
     ticker = bench.procs.start(fleet_cmd("fleet-ticker"), env_for(url), bench.log("million-ticker"))
     try:
