@@ -1,8 +1,8 @@
 """fleet: a distributed job scheduler on PostgreSQL that runs each scheduled slot once."""
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from fleet.declare import Cron, Every, Retry, Schedule
 from fleet.errors import (
     Cancelled,
     DatabaseError,
@@ -15,21 +15,33 @@ from fleet.errors import (
     UnknownRun,
     UnknownSchedule,
 )
-from fleet.jobs import JobContext, job
-from fleet.results import Attempt, Run, RunHistory, RunStatus, ScheduleHealth, Triggered
 
 if TYPE_CHECKING:
     from fleet.client import Client
+    from fleet.declare import Cron, Every, Retry, Schedule
+    from fleet.jobs import JobContext, job
+    from fleet.results import Attempt, Run, RunHistory, RunStatus, ScheduleHealth, Triggered
+
+# The rest is imported on first use: an application's job module imports `fleet` for `@fleet.job`
+# alone, without the database driver and its settings, and fleetctl starts without what its command
+# does not use.
+_LAZY = {
+    "Client": "fleet.client",
+    **dict.fromkeys(("Cron", "Every", "Retry", "Schedule"), "fleet.declare"),
+    **dict.fromkeys(("JobContext", "job"), "fleet.jobs"),
+    **dict.fromkeys(
+        ("Attempt", "Run", "RunHistory", "RunStatus", "ScheduleHealth", "Triggered"), "fleet.results"
+    ),
+}
 
 
 def __getattr__(name: str) -> Any:
-    # The client is imported on first use: an application's job module imports `fleet` for
-    # `@fleet.job` alone, without the database driver and its settings.
-    if name == "Client":
-        from fleet.client import Client
-
-        return Client
-    raise AttributeError(f"module 'fleet' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fleet' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

@@ -55,25 +55,55 @@ class Health:
 
 def problems(h: Health) -> list[Verdict]:
     """Every condition that holds, most severe first; empty when the schedule is simply OK."""
+    return list(
+        problems_of(
+            h.interval_s, h.quiet_s, h.dead_runs, h.oldest_pending_age_s, h.unserved_runs, h.paused, h.enabled
+        )
+    )
+
+
+def problems_of(
+    interval_s: float | None,
+    quiet_s: float,
+    dead_runs: int,
+    oldest_pending_age_s: float | None,
+    unserved_runs: int,
+    paused: bool,
+    enabled: bool,
+) -> tuple[Verdict, ...]:
+    """`problems` of the numbers given one by one, as a tuple (for reads of many schedules)."""
+    if (
+        not dead_runs
+        and not unserved_runs
+        and not paused
+        and enabled
+        and (interval_s is None or quiet_s <= LATE_AFTER_INTERVALS * interval_s)
+        and (
+            interval_s is None
+            or oldest_pending_age_s is None
+            or oldest_pending_age_s <= BACKLOG_AFTER_INTERVALS * interval_s
+        )
+    ):
+        return ()
     found: list[Verdict] = []
-    if h.dead_runs > 0:
+    if dead_runs > 0:
         found.append("DEAD")
-    if h.unserved_runs > 0:
+    if unserved_runs > 0:
         found.append("NO-WORKER")
     if (
-        h.interval_s is not None
-        and h.oldest_pending_age_s is not None
-        and h.oldest_pending_age_s > BACKLOG_AFTER_INTERVALS * h.interval_s
+        interval_s is not None
+        and oldest_pending_age_s is not None
+        and oldest_pending_age_s > BACKLOG_AFTER_INTERVALS * interval_s
     ):
         found.append("BACKLOG")
-    quiet_expected = h.paused or not h.enabled
-    if not quiet_expected and h.interval_s is not None and h.quiet_s > LATE_AFTER_INTERVALS * h.interval_s:
+    quiet_expected = paused or not enabled
+    if not quiet_expected and interval_s is not None and quiet_s > LATE_AFTER_INTERVALS * interval_s:
         found.append("LATE")
-    if h.paused:
+    if paused:
         found.append("PAUSED")
-    if not h.enabled:
+    if not enabled:
         found.append("DISABLED")
-    return found
+    return tuple(found)
 
 
 def verdict(h: Health) -> Verdict:

@@ -6,11 +6,12 @@ The functions take an open connection and raise fleet's own errors for an unknow
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, get_args
+from typing import Any, Final, get_args
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from fleet import health
 from fleet.errors import RequestError, UnknownRun, UnknownSchedule
@@ -83,101 +84,139 @@ def _iso_or_none(t: datetime | None) -> str:
 # -- health --------------------------------------------------------------------------------------
 
 
-def _seconds(a: datetime, b: datetime | None) -> float | None:
-    return None if b is None else round((a - b).total_seconds(), 3)
-
-
 Cadences = dict[tuple[Any, ...], float | None]
 
+# The open runs' part of a schedule without open runs: running, due, waiting, oldest due, ahead, unserved.
+_NO_OPEN_RUNS: Final = (0, 0, 0, None, None, 0)
+# Schedules per chunk of a read: the database sends the next ones while the last are turned into health.
+HEALTH_CHUNK: Final = 2000
 
-def _cadence(row: dict[str, Any], now: datetime, known: Cadences) -> float | None:
-    """The schedule's cadence near now when the database has none stored for now (a cron schedule
-    the roll-up has not reached yet): evaluated once per distinct timing in `known`."""
-    key = (row["cron"], row["timezone"], row["start_at"], row["dst_repeated"], row["dst_missing"])
-    if key not in known:
+
+def _cadence(timing: tuple[Any, ...], now: datetime, known: Cadences) -> float | None:
+    """The cadence near `now` of a cron timing (cron, timezone, start_at, dst_repeated, dst_missing)
+    whose cadence the database has not stored for now (the roll-up has not reached it yet), evaluated
+    once per distinct timing in `known`."""
+    if timing not in known:
+        cron, timezone, start_at, dst_repeated, dst_missing = timing
+        row = {
+            "every": None,
+            "cron": cron,
+            "timezone": timezone,
+            "start_at": start_at,
+            "dst_repeated": dst_repeated,
+            "dst_missing": dst_missing,
+        }
         try:
-            known[key] = nominal_interval(timing_of({**row, "every": None}), now).total_seconds()
+            known[timing] = nominal_interval(timing_of(row), now).total_seconds()
         except (TimingError, ValueError):
-            known[key] = None
-    return known[key]
+            known[timing] = None
+    return known[timing]
 
 
-_NO_OPEN_RUNS: dict[str, Any] = {
-    "running": 0,
-    "due": 0,
-    "waiting": 0,
-    "oldest_due": None,
-    "ahead": None,
-    "unserved": 0,
-}
-
-
-def health_of(
-    row: dict[str, Any], open_runs: dict[str, Any] | None = None, known: Cadences | None = None
-) -> ScheduleHealth:
-    """Turn a `schedule_health` row and its `run_open_health` row (None: no open runs) into its
-    numbers and verdict. `known` shares the cron cadences computed in Python between the rows of
-    one read."""
-    now: datetime = row["db_now"]
-    o = _NO_OPEN_RUNS if open_runs is None else open_runs
-    interval_s: float | None = row["interval_s"]
-    if interval_s is None and row["cron"] is not None:
-        interval_s = _cadence(row, now, {} if known is None else known)
-    last_success_at: datetime | None = row["last_success_at"]
-    quiet_from: datetime = row["updated_at"]
-    if last_success_at is not None and last_success_at > quiet_from:
-        quiet_from = last_success_at
-    start_at: datetime | None = row["start_at"]
-    if start_at is not None and start_at > quiet_from:
-        quiet_from = start_at
-    quiet_s = (now - quiet_from).total_seconds()
-    if quiet_s < 0.0:
-        quiet_s = 0.0
-    oldest_due: datetime | None = o["oldest_due"]
-    oldest_pending_age_s = None if oldest_due is None else round((now - oldest_due).total_seconds(), 3)
-    paused_at: datetime | None = row["paused_at"]
-    enabled: bool = row["enabled"]
-    dead_runs: int = row["dead_runs"]
-    unserved: int = o["unserved"]
-    numbers = health.Health(
-        interval_s, quiet_s, dead_runs, oldest_pending_age_s, unserved, paused_at is not None, enabled
-    )
-    found = health.problems(numbers)
-    verdict = found[0] if found else "OK"
-    last_status: str | None = row["last_status"]
-    # the earliest slot created ahead of its time, else the one the ticker will create next
-    next_run_at: datetime | None = o["ahead"] or row["next_run_at"]
-    return ScheduleHealth(
-        name=row["name"],
-        verdict=verdict,
-        healthy=verdict not in health.UNHEALTHY,
-        problems=tuple(found),
-        since_last_success_s=None
-        if last_success_at is None
-        else round((now - last_success_at).total_seconds(), 3),
-        quiet_s=round(quiet_s, 3),
-        dead_runs=dead_runs,
-        oldest_pending_age_s=oldest_pending_age_s,
-        # a paused or disabled schedule keeps the slot it had planned but creates none: resuming (or
-        # applying it again) plans its next slot from then
-        next_run_at=utc(next_run_at) if enabled and paused_at is None else None,
-        last_outcome=row["last_outcome"] or last_status,
-        last_run_at=utc(row["last_slot"]),
-        last_success_at=utc(last_success_at),
-        last_error=row["last_error"] if last_status != "done" else None,
-        interval_s=interval_s,
-        pending_runs=o["due"],
-        waiting_runs=o["waiting"],
-        running_runs=o["running"],
-        unserved_runs=unserved,
-        job=row["job"],
-        job_served=bool(row["job_served"]),
-        paused=paused_at is not None,
-        pause_note=row["pause_note"],
-        paused_at=utc(paused_at),
-        enabled=enabled,
-        numbers=numbers,
-    )
+def health_chunks(
+    conn: psycopg.Connection[Any],
+    names: Sequence[str] | None = None,
+    now: datetime | None = None,
+    size: int = HEALTH_CHUNK,
+) -> Iterator[list[dict[str, Any]]]:
+    """The health of the named schedules (all when `names` is None or empty), by name, in chunks of
+    up to `size`: per schedule a dict of every ScheduleHealth field, in order (instants as aware
+    datetimes in UTC). The numbers come out of the database computed, and only the verdict is made
+    here, while the database sends the next chunk. Holds a transaction until exhausted or closed.
+    Unknown names are not checked (see `schedule_health`)."""
+    params: dict[str, Any] = {
+        "now": now,
+        "names": list(names) if names else None,
+        "stale_s": STALE_AFTER_S,
+        "margin_s": MARGIN_S,
+    }
+    problems_of, unhealthy, no_open = health.problems_of, health.UNHEALTHY, _NO_OPEN_RUNS
+    known: Cadences = {}
+    with conn.transaction():
+        # One snapshot and one instant for both statements. JIT compilation would cost more than it
+        # saves: the statements are cheap per schedule, but their estimated cost at many schedules
+        # crosses jit_above_cost (seen: 1 s of compiling for a 0.5 s read of 100,000 schedules).
+        # Instants come back in UTC.
+        clock = conn.execute(q("health_session"), params).fetchone()
+        assert clock is not None
+        at: datetime = clock["now"]
+        params.update(now=at, served=clock["served"], since=clock["since"], done=clock["done"])
+        params["cursor"] = clock["cursor"]
+        with conn.cursor(row_factory=tuple_row, binary=True) as cur:
+            open_runs: dict[str, tuple[Any, ...]] = {
+                r[0]: r[1:] for r in cur.execute(q("run_open_health"), params).fetchall()
+            }
+            out: list[dict[str, Any]] = []
+            for (
+                name,
+                job,
+                job_served,
+                enabled,
+                paused_at,
+                pause_note,
+                next_run_at,
+                interval_s,
+                cron,
+                timezone,
+                start_at,
+                dst_repeated,
+                dst_missing,
+                last_success_at,
+                quiet_s,
+                since_s,
+                last_slot,
+                last_status,
+                last_outcome,
+                last_error,
+                dead_runs,
+            ) in cur.stream(q("schedule_health"), params, size=size):
+                running, due, waiting, oldest_due_s, ahead, unserved = open_runs.get(name, no_open)
+                if interval_s is None and cron is not None:
+                    interval_s = _cadence((cron, timezone, start_at, dst_repeated, dst_missing), at, known)
+                if quiet_s < 0.0:
+                    quiet_s = 0.0
+                paused = paused_at is not None
+                oldest_pending_age_s = None if oldest_due_s is None else round(oldest_due_s, 3)
+                found = problems_of(
+                    interval_s, quiet_s, dead_runs, oldest_pending_age_s, unserved, paused, enabled
+                )
+                verdict = found[0] if found else "OK"
+                out.append(
+                    {
+                        "name": name,
+                        "verdict": verdict,
+                        "healthy": verdict not in unhealthy,
+                        "problems": found,
+                        "since_last_success_s": None if since_s is None else round(since_s, 3),
+                        "quiet_s": round(quiet_s, 3),
+                        "dead_runs": dead_runs,
+                        "oldest_pending_age_s": oldest_pending_age_s,
+                        # the earliest slot created ahead of its time, else the one the ticker will
+                        # create next; a paused or disabled schedule keeps the slot it had planned but
+                        # creates none: resuming (or applying it again) plans its next slot from then
+                        "next_run_at": (ahead or next_run_at) if enabled and not paused else None,
+                        "last_outcome": last_outcome or last_status,
+                        "last_run_at": last_slot,
+                        "last_success_at": last_success_at,
+                        "last_error": last_error if last_status != "done" else None,
+                        "interval_s": interval_s,
+                        "pending_runs": due,
+                        "waiting_runs": waiting,
+                        "running_runs": running,
+                        "unserved_runs": unserved,
+                        "job": job,
+                        "job_served": job_served,
+                        "paused": paused,
+                        "pause_note": pause_note,
+                        "paused_at": paused_at,
+                        "enabled": enabled,
+                    }
+                )
+                if len(out) == size:
+                    yield out
+                    out = []
+            if out:
+                yield out
 
 
 def schedule_health(
@@ -187,25 +226,7 @@ def schedule_health(
     names the ones that do not exist. Its cost grows with the schedules, not with their history."""
     if names:
         schedules_require(conn, names)
-    params = {
-        "now": now,
-        "names": list(names) if names else None,
-        "stale_s": STALE_AFTER_S,
-        "margin_s": MARGIN_S,
-    }
-    with conn.transaction():
-        # One snapshot for both statements. JIT compilation would cost more than it saves: the
-        # statements are cheap per schedule, but their estimated cost at many schedules crosses
-        # jit_above_cost (seen: 1 s of compiling for a 0.5 s read of 100,000 schedules).
-        conn.execute(q("session_nojit"))
-        rows = conn.execute(q("schedule_health"), params).fetchall()
-        if not rows:
-            return []
-        # the open runs at the same instant as the rest
-        params["now"] = rows[0]["db_now"]
-        open_runs = {r["schedule_name"]: r for r in conn.execute(q("run_open_health"), params)}
-    known: Cadences = {}
-    return [health_of(r, open_runs.get(r["name"]), known) for r in rows]
+    return [ScheduleHealth(*v.values()) for chunk in health_chunks(conn, names, now) for v in chunk]
 
 
 # -- runs and attempts ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ record's `to_json()` is the object `fleetctl ... --json` prints for it (instants
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -91,15 +91,26 @@ class ScheduleHealth:
     paused_at: datetime | None
     #: False once the schedules file no longer has it (`apply` with prune).
     enabled: bool
-    #: The numbers the verdict was made from (see `fleet.health`).
-    numbers: Health = field(repr=False)
+
+    @property
+    def numbers(self) -> Health:
+        """The numbers the verdict was made from (see `fleet.health`)."""
+        return Health(
+            self.interval_s,
+            self.quiet_s,
+            self.dead_runs,
+            self.oldest_pending_age_s,
+            self.unserved_runs,
+            self.paused,
+            self.enabled,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The object `fleetctl status --json` prints for this schedule."""
-        return {name: _jsonable(getattr(self, name)) for name in _HEALTH_FIELDS}
+        return {name: _jsonable(getattr(self, name)) for name in HEALTH_FIELDS}
 
 
-_HEALTH_FIELDS = tuple(f.name for f in fields(ScheduleHealth) if f.name != "numbers")
+HEALTH_FIELDS = tuple(f.name for f in fields(ScheduleHealth))
 
 
 @dataclass(frozen=True)

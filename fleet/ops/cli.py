@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import os
 import sys
 import traceback
@@ -111,14 +110,49 @@ COMMAND_MODULES = (
     "fleet.ops.supervise",
     "fleet.ops.dashboard.command",
 )
+# The module of each of their commands: a command line that names one imports that module alone
+# (`fleetctl status` starts without the metrics' or the dashboard's), --help and the rest all of them.
+COMMAND_MODULE = {
+    **dict.fromkeys(("status", "runs", "show", "dead", "trace", "workers"), "fleet.ops.inspect"),
+    **dict.fromkeys(
+        ("trigger", "backfill", "pause", "resume", "retry", "discard", "prune"), "fleet.ops.repair"
+    ),
+    "metrics": "fleet.ops.metrics",
+    **dict.fromkeys(("up", "down", "scale", "supervisor-config", "exec-env"), "fleet.ops.supervise"),
+    "dashboard": "fleet.ops.dashboard.command",
+}
+
+
+def command_named(argv: Sequence[str]) -> str | None:
+    """The command an argument list names (its first word that is no option nor an option's value)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--database-url":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 def version() -> str:
     """The installed distribution's version, from its package metadata."""
+    from importlib import metadata
+
     try:
-        return importlib.metadata.version("fleet")
-    except importlib.metadata.PackageNotFoundError:
+        return metadata.version("fleet")
+    except metadata.PackageNotFoundError:
         return "unknown (not installed)"
+
+
+class _Version(argparse.Action):
+    """--version, reading the package metadata only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
+        print(f"fleetctl {version()}")
+        parser.exit()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -129,9 +163,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see --help)\n")
 
 
-def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
+def parser(command: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, Command]]:
+    """fleetctl's parser and handlers; with `command`, only its own module's commands are added."""
     p = _Parser(prog="fleetctl", description="Operate a fleet: schema, schedules, health, repair.")
-    p.add_argument("--version", action="version", version=f"fleetctl {version()}")
+    p.add_argument("--version", action=_Version)
     p.add_argument(
         "--database-url",
         help="libpq URI [env FLEET_DATABASE_URL]; unset: the embedded PostgreSQL of the `fleetctl up` "
@@ -172,7 +207,8 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         "--plan", action="store_true", help="print what would change, field by field; write nothing"
     )
     commands: dict[str, Command] = {"migrate": cmd_migrate, "apply": cmd_apply}
-    for name in COMMAND_MODULES:
+    own = COMMAND_MODULE.get(command or "")
+    for name in (own,) if own else () if command in commands else COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:
@@ -199,7 +235,7 @@ ALL_OR_NOTHING = ("migrate", "apply")
 def main(argv: Sequence[str] | None = None) -> int:
     command = "fleetctl"
     try:
-        p, commands = parser()
+        p, commands = parser(command_named(sys.argv[1:] if argv is None else argv))
         args = p.parse_args(argv)
         command = f"fleetctl {args.command}"
         return run(commands[args.command], args)

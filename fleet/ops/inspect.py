@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -79,6 +80,25 @@ def print_json(value: Any) -> None:
     print(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_UTC_Z).decode())
 
 
+def write_json_chunks(chunks: Iterable[list[dict[str, Any]]]) -> bool:
+    """Write the schedules' health as print_json writes their list, a chunk at a time as it is
+    read; True when every schedule is healthy."""
+    sys.stdout.flush()
+    out = sys.stdout.buffer
+    healthy, first = True, True
+    for chunk in chunks:
+        if not chunk:
+            continue
+        healthy = healthy and all(v["healthy"] for v in chunk)
+        # a chunk's list without its brackets: "[\n  {...},\n  {...}\n]"
+        body = orjson.dumps(chunk, option=orjson.OPT_INDENT_2 | orjson.OPT_UTC_Z)
+        out.write((b"[\n" if first else b",\n") + body[2:-2])
+        first = False
+    out.write(b"[]\n" if first else b"\n]\n")
+    out.flush()
+    return healthy
+
+
 def _first_line(text: str | None, width: int = 100) -> str | None:
     """The first line of `text`, escaped, cut to `width` with ``...`` (``--full`` shows it whole)."""
     lines = printable_lines(text or "")
@@ -110,11 +130,14 @@ def verdict_text(h: ScheduleHealth) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.json:
+        with db(args) as conn:
+            if args.schedules:
+                inspect.schedules_require(conn, args.schedules)
+            return 0 if write_json_chunks(inspect.health_chunks(conn, args.schedules or None)) else 1
     with db(args) as conn:
         found = schedule_health(conn, args.schedules or None)
-    if args.json:
-        print_json([h.to_json() for h in found])
-    elif not found:
+    if not found:
         print("no schedules")
     else:
         print(

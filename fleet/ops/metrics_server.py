@@ -16,12 +16,10 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import CollectorRegistry
 
 from fleet import logs
 
@@ -31,18 +29,22 @@ REQUEST_DEADLINE_S = 10.0  # from accept to the last byte sent
 BACKLOG = 128
 
 
+# The Prometheus text format's media type.
+CONTENT_TYPE_LATEST = "text/plain; version=0.0.4; charset=utf-8"
+
+
 class Exposition:
     """The latest scrape text, recomputed by `refresh_forever` every `interval_s`."""
 
-    def __init__(self, registry: CollectorRegistry, interval_s: float) -> None:
-        self.registry = registry
+    def __init__(self, render: Callable[[], bytes], interval_s: float) -> None:
+        self.render = render
         self.interval_s = interval_s
         self._ready = threading.Condition()
         self._body: bytes | None = None
         self.computed = 0  # how many times the database was read (tests and logs)
 
     def refresh(self) -> None:
-        body = generate_latest(self.registry)
+        body = self.render()
         with self._ready:
             self._body = body
             self.computed += 1

@@ -4,28 +4,15 @@
 -- Per schedule, the numbers its health verdict is made of, at a cost in schedules, not in history:
 -- the newest success and finished run come from schedule_stats (kept by the tickers' roll-up,
 -- fleet.rollup) merged with the runs finished since the roll-up's mark minus its margin (through
--- job_runs_finished), so a read is exact at once; dead runs are counted through job_runs_dead and
--- open runs through job_runs_open. A schedule the roll-up has not covered yet (its first pass still
--- under way), or whose stats a retry or discard made dirty, is probed through its primary key.
--- The open runs' numbers come from run_open_health.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-served AS (
-    SELECT coalesce(array_agg(DISTINCT j.job), '{}'::text[]) AS jobs
-    FROM fleet.processes p
-    CROSS JOIN t
-    CROSS JOIN LATERAL unnest(p.jobs) AS j(job)
-    WHERE p.kind = 'worker' AND p.seen_at > t.now - make_interval(secs => %(stale_s)s)
-),
-roll AS (
-    SELECT coalesce(max(c.mark) - make_interval(secs => %(margin_s)s), 'infinity') AS since,
-           coalesce(bool_or(c.mark IS NOT NULL AND c.cursor IS NULL), false) AS done,
-           max(c.cursor) AS cursor
-    FROM fleet.chores c WHERE c.name = 'health_rollup'
-),
+-- job_runs_finished), so a read is exact at once; dead runs are counted through job_runs_dead. A
+-- schedule the roll-up has not covered yet (its first pass still under way) is probed through its
+-- primary key, and so is the newest finished run of one whose stats a retry or discard made dirty.
+-- The open runs' numbers come from run_open_health; durations are seconds at `now`.
+WITH t AS (SELECT %(now)s::timestamptz AS now),
 fin AS (
     SELECT r.schedule_name, r.scheduled_for, r.status, r.last_outcome, r.finished_at, r.last_error
-    FROM fleet.job_runs r, roll
-    WHERE r.status IN ('done', 'dead', 'skipped') AND r.finished_at >= roll.since
+    FROM fleet.job_runs r
+    WHERE r.status IN ('done', 'dead', 'skipped') AND r.finished_at >= %(since)s
       AND (%(names)s::text[] IS NULL OR r.schedule_name = ANY(%(names)s::text[]))
 ),
 ok AS (
@@ -41,97 +28,120 @@ dead AS (
     SELECT r.schedule_name, count(*) AS n FROM fleet.job_runs r
     WHERE r.status = 'dead' AND (%(names)s::text[] IS NULL OR r.schedule_name = ANY(%(names)s::text[]))
     GROUP BY r.schedule_name
+),
+-- the schedules past the first pass's cursor (all of it: success and finished run), and the dirty
+-- ones it covered (their finished run)
+unrolled AS (
+    SELECT s.name, true AS whole FROM fleet.schedules s
+    WHERE NOT %(done)s AND s.name > %(cursor)s
+      AND (%(names)s::text[] IS NULL OR s.name = ANY(%(names)s::text[]))
+    UNION ALL
+    SELECT st.name, false FROM fleet.schedule_stats st
+    WHERE st.dirty > 0 AND (%(done)s OR st.name <= %(cursor)s)
+      AND (%(names)s::text[] IS NULL OR st.name = ANY(%(names)s::text[]))
+),
+probe AS (
+    SELECT u.name, u.whole, ls.finished_at AS success_at,
+           lf.scheduled_for, lf.status, lf.last_outcome, lf.last_error
+    FROM unrolled u
+    LEFT JOIN LATERAL (
+        SELECT r.finished_at FROM fleet.job_runs r
+        WHERE u.whole AND r.schedule_name = u.name AND r.status = 'done'
+        ORDER BY r.scheduled_for DESC LIMIT 1
+    ) ls ON true
+    LEFT JOIN LATERAL (
+        SELECT r.scheduled_for, r.status, r.last_outcome, r.last_error FROM fleet.job_runs r
+        WHERE r.schedule_name = u.name AND r.status IN ('done', 'dead', 'skipped')
+        ORDER BY r.scheduled_for DESC LIMIT 1
+    ) lf ON true
 )
-SELECT s.name, s.job, s.enabled, s.paused_at, s.pause_note, s.updated_at, s.start_at, t.now AS db_now,
-       s.next_run_at,
-       s.job = ANY(sv.jobs) AS job_served,
-       CASE WHEN s.every IS NOT NULL THEN extract(epoch FROM s.every)::float8
-            WHEN s.cadence_hash IS DISTINCT FROM s.timing_hash OR s.cadence_mid IS NULL THEN NULL
-            WHEN t.now >= s.cadence_from AND t.now < s.cadence_mid
-                THEN extract(epoch FROM s.cadence_mid - s.cadence_from)::float8
-            WHEN t.now >= s.cadence_mid AND t.now < s.cadence_until
-                THEN extract(epoch FROM s.cadence_until - s.cadence_mid)::float8
-       END AS interval_s,
-       s.cron, s.timezone, s.dst_repeated, s.dst_missing,
-       CASE WHEN ls.probed THEN ls.finished_at
-            WHEN ok.scheduled_for IS NOT NULL
-                 AND (st.last_success_slot IS NULL OR ok.scheduled_for >= st.last_success_slot) THEN ok.finished_at
-            ELSE st.last_success_at END AS last_success_at,
-       CASE WHEN lf.probed THEN lf.scheduled_for WHEN n.newer THEN fl.scheduled_for ELSE st.last_slot END AS last_slot,
-       (CASE WHEN lf.probed THEN lf.status WHEN n.newer THEN fl.status ELSE st.last_status END)::text AS last_status,
-       CASE WHEN lf.probed THEN lf.last_outcome WHEN n.newer THEN fl.last_outcome ELSE st.last_outcome END
+SELECT s.name, s.job, s.job = ANY(%(served)s::text[]) AS job_served, s.enabled, s.paused_at, s.pause_note, s.next_run_at,
+       iv.interval_s,
+       -- the timing of a cron schedule whose cadence around now is not stored (yet), to compute it
+       CASE WHEN iv.interval_s IS NULL THEN s.cron END AS cron,
+       CASE WHEN iv.interval_s IS NULL THEN s.timezone END AS timezone,
+       CASE WHEN iv.interval_s IS NULL THEN s.start_at END AS start_at,
+       CASE WHEN iv.interval_s IS NULL THEN s.dst_repeated END AS dst_repeated,
+       CASE WHEN iv.interval_s IS NULL THEN s.dst_missing END AS dst_missing,
+       x.success_at AS last_success_at,
+       -- quiet since the last success, or since the schedule was created, changed, resumed or
+       -- first due, whichever is latest (greatest ignores NULLs)
+       date_part('epoch', t.now - greatest(s.updated_at, x.success_at, s.start_at)) AS quiet_s,
+       date_part('epoch', t.now - x.success_at) AS since_last_success_s,
+       CASE WHEN p.name IS NOT NULL THEN p.scheduled_for WHEN x.newer THEN fl.scheduled_for ELSE st.last_slot END
+           AS last_slot,
+       (CASE WHEN p.name IS NOT NULL THEN p.status WHEN x.newer THEN fl.status ELSE st.last_status END)::text
+           AS last_status,
+       CASE WHEN p.name IS NOT NULL THEN p.last_outcome WHEN x.newer THEN fl.last_outcome ELSE st.last_outcome END
            AS last_outcome,
-       CASE WHEN lf.probed THEN lf.last_error WHEN n.newer THEN fl.last_error ELSE st.last_error END AS last_error,
-       coalesce(d.n, 0) AS dead_runs
+       CASE WHEN p.name IS NOT NULL THEN p.last_error WHEN x.newer THEN fl.last_error ELSE st.last_error END
+           AS last_error,
+       coalesce(d.n, 0)::int AS dead_runs
 FROM fleet.schedules s
 CROSS JOIN t
-CROSS JOIN served sv
-CROSS JOIN roll
 LEFT JOIN fleet.schedule_stats st ON st.name = s.name
 LEFT JOIN ok ON ok.schedule_name = s.name
 LEFT JOIN fl ON fl.schedule_name = s.name
 LEFT JOIN dead d ON d.schedule_name = s.name
--- the probes run only where the stats cannot be used: OFFSET 0 keeps each WHERE inside its subquery,
--- where it is a one-time filter that skips the probe elsewhere
-LEFT JOIN LATERAL (
-    SELECT true AS probed, (
-        SELECT r.finished_at FROM fleet.job_runs r
-        WHERE r.schedule_name = s.name AND r.status = 'done'
-        ORDER BY r.scheduled_for DESC LIMIT 1
-    ) AS finished_at
-    WHERE NOT (roll.done OR coalesce(s.name <= roll.cursor, false))
-    OFFSET 0
-) ls ON true
-LEFT JOIN LATERAL (
-    SELECT true AS probed, x.scheduled_for, x.status, x.last_outcome, x.last_error
-    FROM (SELECT 1) one
-    LEFT JOIN LATERAL (
-        SELECT r.scheduled_for, r.status, r.last_outcome, r.last_error FROM fleet.job_runs r
-        WHERE r.schedule_name = s.name AND r.status IN ('done', 'dead', 'skipped')
-        ORDER BY r.scheduled_for DESC LIMIT 1
-    ) x ON true
-    WHERE NOT (roll.done OR coalesce(s.name <= roll.cursor, false)) OR st.dirty > 0
-    OFFSET 0
-) lf ON true
+LEFT JOIN probe p ON p.name = s.name
 CROSS JOIN LATERAL (
-    SELECT fl.scheduled_for IS NOT NULL
+    SELECT CASE WHEN s.every IS NOT NULL THEN date_part('epoch', s.every)
+                WHEN s.cadence_hash IS DISTINCT FROM s.timing_hash OR s.cadence_mid IS NULL THEN NULL
+                WHEN t.now >= s.cadence_from AND t.now < s.cadence_mid
+                    THEN date_part('epoch', s.cadence_mid - s.cadence_from)
+                WHEN t.now >= s.cadence_mid AND t.now < s.cadence_until
+                    THEN date_part('epoch', s.cadence_until - s.cadence_mid)
+           END AS interval_s
+) iv
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN p.whole THEN p.success_at
+                WHEN ok.scheduled_for IS NOT NULL
+                     AND (st.last_success_slot IS NULL OR ok.scheduled_for >= st.last_success_slot)
+                    THEN ok.finished_at
+                ELSE st.last_success_at END AS success_at,
+           fl.scheduled_for IS NOT NULL
            AND (st.last_slot IS NULL
                 OR (fl.scheduled_for, fl.finished_at) >= (st.last_slot, coalesce(st.last_finished_at, '-infinity')))
            AS newer
-) n
+) x
 WHERE %(names)s::text[] IS NULL OR s.name = ANY(%(names)s::text[])
 ORDER BY s.name
 
--- name: session_nojit
--- For the rest of the transaction: no JIT compilation (see fleet.inspect.schedule_health).
-SELECT set_config('jit', 'off', true)
+-- name: health_session
+-- For the rest of the transaction: no JIT compilation, instants in UTC. The instant of the read, the
+-- jobs live workers serve then, and how far the health roll-up got: its mark minus its margin
+-- (`since`, NULL before its first step: no finished run is newer than its stats), whether its first pass is over (`done`) and where that pass is (`cursor`).
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT set_config('jit', 'off', true), set_config('TimeZone', 'UTC', true), t.now,
+       (SELECT coalesce(array_agg(DISTINCT j.job), '{}'::text[])
+        FROM fleet.processes p CROSS JOIN LATERAL unnest(p.jobs) AS j(job)
+        WHERE p.kind = 'worker' AND p.seen_at > t.now - make_interval(secs => %(stale_s)s)) AS served,
+       r.since, r.done, r.cursor
+FROM t, (SELECT max(c.mark) - make_interval(secs => %(margin_s)s) AS since,
+                coalesce(bool_or(c.mark IS NOT NULL AND c.cursor IS NULL), false) AS done,
+                coalesce(max(c.cursor), '') AS cursor
+         FROM fleet.chores c WHERE c.name = 'health_rollup') r
 
 -- name: run_open_health
 -- Per schedule with open runs (through job_runs_open), the open runs' part of its health. Only
 -- due pending runs count as pending, backlog or unserved; runs created ahead of their time are
 -- waiting, and the earliest slot of those the ticker created is the schedule's next slot.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-served AS (
-    SELECT coalesce(array_agg(DISTINCT j.job), '{}'::text[]) AS jobs
-    FROM fleet.processes p
-    CROSS JOIN t
-    CROSS JOIN LATERAL unnest(p.jobs) AS j(job)
-    WHERE p.kind = 'worker' AND p.seen_at > t.now - make_interval(secs => %(stale_s)s)
-)
+WITH t AS (SELECT %(now)s::timestamptz AS now)
 SELECT r.schedule_name,
-       count(*) FILTER (WHERE r.status = 'running') AS running,
-       count(*) FILTER (WHERE r.status = 'pending' AND r.run_after <= t.now) AS due,
-       count(*) FILTER (WHERE r.status = 'pending' AND r.run_after > t.now) AS waiting,
-       min(r.run_after) FILTER (WHERE r.status = 'pending' AND r.run_after <= t.now) AS oldest_due,
+       count(*) FILTER (WHERE r.status = 'running')::int AS running,
+       count(*) FILTER (WHERE r.status = 'pending' AND r.run_after <= t.now)::int AS due,
+       count(*) FILTER (WHERE r.status = 'pending' AND r.run_after > t.now)::int AS waiting,
+       date_part('epoch', t.now - min(r.run_after) FILTER (WHERE r.status = 'pending' AND r.run_after <= t.now))
+           AS oldest_due_s,
        min(r.scheduled_for) FILTER (WHERE r.status = 'pending' AND r.run_after > t.now
                                       AND r.scheduled_for > t.now AND r.origin = 'schedule') AS ahead,
        -- open runs no live worker can take: due and pending, or running under a lease that ran out
        count(*) FILTER (WHERE ((r.status = 'pending' AND r.run_after <= t.now) OR r.locked_until < t.now)
-                          AND NOT (r.job = ANY(sv.jobs))) AS unserved
-FROM fleet.job_runs r, t, served sv
+                          AND NOT (r.job = ANY(%(served)s::text[])))::int AS unserved
+FROM fleet.job_runs r, t
 WHERE r.status IN ('pending', 'running')
   AND (%(names)s::text[] IS NULL OR r.schedule_name = ANY(%(names)s::text[]))
-GROUP BY r.schedule_name
+GROUP BY r.schedule_name, t.now
 
 -- name: schedule_names
 SELECT name FROM fleet.schedules WHERE name = ANY(%(names)s::text[])

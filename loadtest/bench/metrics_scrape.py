@@ -9,8 +9,6 @@ import threading
 import time
 import urllib.request
 
-from prometheus_client.registry import CollectorRegistry
-
 from fleet.apply import apply_specs
 from fleet.db import connect
 from fleet.ops.metrics import FleetCollector
@@ -43,9 +41,8 @@ def run(bench: Bench, report: Report) -> None:
         )
         conn.execute("ANALYZE fleet.schedules")
         conn.execute("ANALYZE fleet.job_runs")
-    registry = CollectorRegistry()
-    registry.register(FleetCollector(url, settle_s=0))
-    exposition = Exposition(registry, interval_s=3600)
+    collector = FleetCollector(url, settle_s=0)
+    exposition = Exposition(collector.render, interval_s=3600)
     computes = []
     for _ in range(1 if bench.opts.quick else 3):
         started = time.monotonic()

@@ -5,10 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
-from fleet.ops.inspect import schedule_health
+from fleet import inspect
+from fleet.ops.inspect import schedule_health, write_json_chunks
+from fleet.results import ScheduleHealth
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json
 from tests.support import apply_text, scalar
 
@@ -205,3 +208,38 @@ def test_workers_lists_live_processes_only(capsys: Cap, db_url: str, conn: psyco
     assert all(p["last_seen_s_ago"] < 5 for p in procs)
     code, out, _ = fleetctl(capsys, db_url, "workers")
     assert code == 0 and "host-a:worker-1" in out and "gone" not in out
+
+
+def test_a_read_in_chunks_is_the_read_at_once(conn: psycopg.Connection[Any]) -> None:
+    # chunks of 2 over 5 schedules: the database streams the rows while the verdicts are made, and
+    # the cron schedules whose cadence the roll-up has not stored are computed from the rows
+    schedules(
+        conn,
+        *((f"s{i}", 'every = "1h"' if i % 2 else 'cron = "0 9 * * 1-5"', "noop") for i in range(5)),
+    )
+    now = scalar(conn, "SELECT now()")
+    whole = [h.to_json() for h in schedule_health(conn, now=now)]
+    chunks = list(inspect.health_chunks(conn, now=now, size=2))
+    assert [len(c) for c in chunks] == [2, 2, 1]
+    assert [ScheduleHealth(*v.values()).to_json() for c in chunks for v in c] == whole
+    assert [h["interval_s"] in (24 * 3600, 72 * 3600) for h in whole] == [True, False, True, False, True]
+    assert [h["interval_s"] for h in whole][1::2] == [3600, 3600]
+    named = list(inspect.health_chunks(conn, ["s3", "s1"], now=now, size=2))
+    assert [v["name"] for c in named for v in c] == ["s1", "s3"]
+
+
+def test_status_json_written_in_chunks_is_one_json_list(capsys: Cap) -> None:
+    rows = [{"name": f"s{i}", "healthy": i != 3, "at": datetime(2026, 1, 1, tzinfo=UTC)} for i in range(5)]
+    splits: list[list[list[dict[str, Any]]]] = [
+        [],
+        [[]],
+        [rows],
+        [rows[:2], rows[2:4], rows[4:]],
+        [rows[:1], [], rows[1:]],
+    ]
+    for chunks in splits:
+        healthy = write_json_chunks(chunks)
+        out = capsys.readouterr().out
+        flat = [r for c in chunks for r in c]
+        assert out == orjson.dumps(flat, option=orjson.OPT_INDENT_2 | orjson.OPT_UTC_Z).decode() + "\n"
+        assert healthy is all(r["healthy"] for r in flat)

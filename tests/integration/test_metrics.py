@@ -11,9 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import CollectorRegistry
 
 from fleet.ops.metrics import FleetCollector, parse_listen
 from fleet.ops.repair import run_prune
@@ -52,10 +50,9 @@ def test_a_scrape_carries_health_numbers_and_counters_that_survive_prune(
     )
     add_run(conn, "s", SLOT, "dead", error="boom")
     add_run(conn, "s", SLOT + timedelta(hours=1), finished="now() - interval '5 minutes'")
-    registry = CollectorRegistry()
-    registry.register(FleetCollector(db_url, settle_s=0))
+    collector = FleetCollector(db_url, settle_s=0)
 
-    first = samples(generate_latest(registry).decode())
+    first = samples(collector.render().decode())
     assert value(first, "fleet_database_up") == 1
     assert value(first, "fleet_schedule_dead_runs", schedule="s") == 1
     assert value(first, "fleet_schedule_healthy", schedule="s") == 0
@@ -84,7 +81,7 @@ def test_a_scrape_carries_health_numbers_and_counters_that_survive_prune(
     conn.execute(
         "UPDATE fleet.job_attempts SET started_at = scheduled_for + interval '3 seconds' WHERE attempt = 1"
     )
-    second = samples(generate_latest(registry).decode())
+    second = samples(collector.render().decode())
     assert value(second, "fleet_runs_finished_total", schedule="s", status="done") == 2
     assert value(second, "fleet_attempts_total", schedule="s", outcome="done") == 2
     assert value(second, "fleet_attempts_total", schedule="s", outcome="failed") == 1
@@ -101,15 +98,14 @@ def test_a_scrape_carries_health_numbers_and_counters_that_survive_prune(
         "UPDATE fleet.job_runs SET finished_at = finished_at - interval '10 days' WHERE status = 'done'"
     )
     assert run_prune(conn, timedelta(days=1), pause_s=0).runs > 0
-    third = samples(generate_latest(registry).decode())
+    third = samples(collector.render().decode())
     assert value(third, "fleet_runs_finished_total", schedule="s", status="done") == 2
     assert value(third, "fleet_attempts_total", schedule="s", outcome="done") == 2
 
 
 def test_the_exporter_reports_a_database_it_cannot_reach() -> None:
-    registry = CollectorRegistry()
-    registry.register(FleetCollector("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1", settle_s=0))
-    scrape = samples(generate_latest(registry).decode())
+    collector = FleetCollector("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1", settle_s=0)
+    scrape = samples(collector.render().decode())
     assert value(scrape, "fleet_database_up") == 0
 
 

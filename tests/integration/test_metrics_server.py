@@ -18,7 +18,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from prometheus_client.registry import CollectorRegistry
 
 from fleet.ops.metrics import FleetCollector
 from fleet.ops.metrics_server import Access, Exposition, MetricsServer, tls_context
@@ -36,9 +35,8 @@ def serving(
     deadline_s: float = 2.0,
     interval_s: float = 60.0,
 ) -> Iterator[tuple[str, Exposition]]:
-    registry = CollectorRegistry()
-    registry.register(FleetCollector(db_url, settle_s=0))
-    exposition = Exposition(registry, interval_s)
+    collector = FleetCollector(db_url, settle_s=0)
+    exposition = Exposition(collector.render, interval_s)
     stop = threading.Event()
     refresher = threading.Thread(target=exposition.refresh_forever, args=(stop,), daemon=True)
     refresher.start()
