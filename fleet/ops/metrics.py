@@ -109,6 +109,22 @@ class FleetCollector:
         self.reclaims: Counter[str] = Counter()
         self.claim_latency: dict[str, Histogram] = {}
         self.start_lag: dict[str, Histogram] = {}
+        # The schedules of the previous render, their labels, and each per-schedule family's values
+        # and samples then: a family whose values did not change is not written again (most do
+        # not between two scrapes, and at 100,000 schedules each holds 100,000 lines or more).
+        self._names: list[str] = []
+        self._labels: list[str] = []
+        self._written: dict[str, tuple[list[Any], bytes]] = {}
+
+    def _samples(self, family: str, values: list[Any], write: Callable[[], str]) -> bytes:
+        """The samples of a per-schedule family of these values: as written last time when the
+        values are the same, else written by `write`."""
+        last = self._written.get(family)
+        if last is not None and last[0] == values:
+            return last[1]
+        text = write().encode()
+        self._written[family] = (values, text)
+        return text
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self.conn is None or self.conn.closed:
@@ -155,9 +171,7 @@ class FleetCollector:
                 if self.conn is not None:
                     self.conn.close()
                 self.conn = None
-                return "".join(
-                    _family("fleet_database_up", "gauge", _UP_HELP, "fleet_database_up 0.0\n")
-                ).encode()
+                return b"".join(_family("fleet_database_up", "gauge", _UP_HELP, "fleet_database_up 0.0\n"))
             out = [*_family("fleet_database_up", "gauge", _UP_HELP, "fleet_database_up 1.0\n")]
             by_verdict = Counter(h["verdict"] for h in schedules)
             out.extend(
@@ -170,7 +184,11 @@ class FleetCollector:
                     ),
                 )
             )
-            labels = [f'{{schedule="{_label(h["name"])}"}} ' for h in schedules]
+            names = [h["name"] for h in schedules]
+            if names != self._names:
+                self._names, self._written = names, {}
+                self._labels = [f'{{schedule="{_label(n)}"}} ' for n in names]
+            labels = self._labels
             out.extend(self._health(schedules, labels))
             kinds = Counter(p["kind"] for p in processes)
             out.extend(
@@ -183,7 +201,7 @@ class FleetCollector:
                     ),
                 )
             )
-            out.extend(self._counters([h["name"] for h in schedules], labels))
+            out.extend(self._counters(names, labels))
             took = time.monotonic() - started
             out.extend(
                 _family(
@@ -193,49 +211,48 @@ class FleetCollector:
                     f"fleet_scrape_duration_seconds {_num(took)}\n",
                 )
             )
-            return "".join(out).encode()
+            return b"".join(out)
 
-    def _health(self, schedules: list[dict[str, Any]], labels: list[str]) -> Iterator[str]:
+    def _health(self, schedules: list[dict[str, Any]], labels: list[str]) -> Iterator[bytes]:
         def gauge(
             name: str, doc: str, key: str, kind: type = float, default: float | None = None
-        ) -> tuple[str, str]:
+        ) -> tuple[bytes, bytes]:
             # The values are finite: a float's repr, an int's digits with ".0" (as a float's repr)
             # and a bool's 1.0 or 0.0 are the text format's numbers, written without a call each.
             values = [h[key] for h in schedules]
             if default is not None:
                 values = [default if v is None else v for v in values]
-            if kind is bool:
-                lines = [
-                    f"{name}{label}{_ONE if v else _ZERO}\n" for label, v in zip(labels, values, strict=True)
-                ]
-            elif kind is int:
-                lines = [
-                    f"{name}{label}{v}.0\n" for label, v in zip(labels, values, strict=True) if v is not None
-                ]
-            else:
-                lines = [
-                    f"{name}{label}{float(v)!r}\n"
-                    for label, v in zip(labels, values, strict=True)
-                    if v is not None
-                ]
-            return _family(name, "gauge", doc, "".join(lines))
+
+            def write() -> str:
+                pairs = zip(labels, values, strict=True)
+                if kind is bool:
+                    return "".join([f"{name}{label}{_ONE if v else _ZERO}\n" for label, v in pairs])
+                if kind is int:
+                    return "".join([f"{name}{label}{v}.0\n" for label, v in pairs if v is not None])
+                return "".join([f"{name}{label}{float(v)!r}\n" for label, v in pairs if v is not None])
+
+            return _family(name, "gauge", doc, self._samples(name, values, write))
 
         yield from gauge(
             "fleet_schedule_healthy", "1 when the verdict is OK, PAUSED or DISABLED", "healthy", bool
         )
-        # one line per schedule and verdict: the schedule's label with each verdict added
-        verdicts: list[str] = []
-        for label, h in zip(labels, schedules, strict=True):
-            stem = "fleet_schedule_verdict" + label[:-2]
-            current = h["verdict"]
-            verdicts.extend(
-                f'{stem},verdict="{v}"}} {_ONE if v == current else _ZERO}\n' for v in health.SEVERITY
-            )
+
+        def verdicts() -> str:
+            # one line per schedule and verdict: the schedule's label with each verdict added
+            lines: list[str] = []
+            for label, current in zip(labels, current_verdicts, strict=True):
+                stem = "fleet_schedule_verdict" + label[:-2]
+                lines.extend(
+                    f'{stem},verdict="{v}"}} {_ONE if v == current else _ZERO}\n' for v in health.SEVERITY
+                )
+            return "".join(lines)
+
+        current_verdicts = [h["verdict"] for h in schedules]
         yield from _family(
             "fleet_schedule_verdict",
             "gauge",
             "1 for the schedule's current verdict, 0 for the others",
-            "".join(verdicts),
+            self._samples("fleet_schedule_verdict", current_verdicts, verdicts),
         )
         yield from gauge(
             "fleet_schedule_since_last_success_seconds",
@@ -279,33 +296,32 @@ class FleetCollector:
             bool,
         )
         name = "fleet_schedule_next_run_timestamp_seconds"
+        next_runs = [h["next_run_at"] for h in schedules]
+
+        def next_run_lines() -> str:
+            pairs = zip(labels, next_runs, strict=True)
+            return "".join([f"{name}{label}{at.timestamp()!r}\n" for label, at in pairs if at is not None])
+
         yield from _family(
-            name,
-            "gauge",
-            "the next slot, Unix time",
-            "".join(
-                [
-                    f"{name}{label}{_num(h['next_run_at'].timestamp())}\n"
-                    for label, h in zip(labels, schedules, strict=True)
-                    if h["next_run_at"] is not None
-                ]
-            ),
+            name, "gauge", "the next slot, Unix time", self._samples(name, next_runs, next_run_lines)
         )
 
-    def _counters(self, names: list[str], labels: list[str]) -> Iterator[str]:
+    def _counters(self, names: list[str], labels: list[str]) -> Iterator[bytes]:
         name = "fleet_runs_finished_total"
         runs = self.runs
+        finished = [runs[(n, status)] for n in names for status in FINISHED_STATUSES]
+
+        def finished_lines() -> str:
+            stems = [
+                f'{name}{label[:-2]},status="{status}"}} ' for label in labels for status in FINISHED_STATUSES
+            ]
+            return "".join([f"{stem}{count}.0\n" for stem, count in zip(stems, finished, strict=True)])
+
         yield from _family(
             name,
             "counter",
             "runs that finished since this exporter started, by status",
-            "".join(
-                [
-                    f'{name}{label[:-2]},status="{status}"}} {runs[(n, status)]}.0\n'
-                    for n, label in zip(names, labels, strict=True)
-                    for status in FINISHED_STATUSES
-                ]
-            ),
+            self._samples(name, finished, finished_lines),
         )
         name = "fleet_attempts_total"
         yield from _family(
@@ -317,13 +333,17 @@ class FleetCollector:
                 for (n, outcome), count in sorted(self.attempts.items())
             ),
         )
-        name = "fleet_reclaims_total"
-        reclaims = self.reclaims
+        reclaims = [self.reclaims[n] for n in names]
+
+        def reclaim_lines() -> str:
+            pairs = zip(labels, reclaims, strict=True)
+            return "".join([f"fleet_reclaims_total{label}{count}.0\n" for label, count in pairs])
+
         yield from _family(
-            name,
+            "fleet_reclaims_total",
             "counter",
             "attempts whose lease ran out and whose run another worker took over",
-            "".join([f"{name}{label}{reclaims[n]}.0\n" for n, label in zip(names, labels, strict=True)]),
+            self._samples("fleet_reclaims_total", reclaims, reclaim_lines),
         )
         for metric, doc, hists in (
             (
@@ -370,11 +390,12 @@ def _label(value: str) -> str:
     return value
 
 
-def _family(name: str, kind: str, doc: str, samples: str) -> tuple[str, str]:
+def _family(name: str, kind: str, doc: str, samples: str | bytes) -> tuple[bytes, bytes]:
     """One metric family: its HELP and TYPE lines, and its samples (kept apart: a family of many
     samples is copied once, into the whole text)."""
     help_text = doc.replace("\\", "\\\\").replace("\n", "\\n")
-    return f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n", samples
+    head = f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n".encode()
+    return head, samples if isinstance(samples, bytes) else samples.encode()
 
 
 def _timestamp(at: datetime | None) -> float | None:

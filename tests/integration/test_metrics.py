@@ -140,3 +140,31 @@ def test_fleetctl_metrics_serves_http_until_stopped(
         p.signal(signal.SIGTERM)
         assert p.wait(timeout=10) == 0
     assert scalar(conn, "SELECT count(*) FROM fleet.schedules") == 1
+
+
+def test_a_family_is_written_again_when_its_values_or_the_schedules_change(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    # a render reuses the samples of a family whose values did not change since the last one
+    apply_text(conn, '[[schedule]]\nname = "a"\nevery = "1h"\njob = "noop"\n')
+    collector = FleetCollector(db_url, settle_s=0)
+    first = samples(collector.render().decode())
+    assert value(first, "fleet_schedule_paused", schedule="a") == 0
+    assert value(first, "fleet_schedule_verdict", schedule="a", verdict="OK") == 1
+    again = samples(collector.render().decode())
+    assert {k: v for k, v in again.items() if "seconds" not in k[0]} == {
+        k: v for k, v in first.items() if "seconds" not in k[0]
+    }
+    conn.execute("UPDATE fleet.schedules SET paused_at = now() WHERE name = 'a'")
+    paused = samples(collector.render().decode())
+    assert value(paused, "fleet_schedule_paused", schedule="a") == 1
+    assert value(paused, "fleet_schedule_verdict", schedule="a", verdict="PAUSED") == 1
+    assert value(paused, "fleet_schedule_verdict", schedule="a", verdict="OK") == 0
+    apply_text(
+        conn,
+        '[[schedule]]\nname = "a"\nevery = "1h"\njob = "noop"\n[[schedule]]\nname = "b"\nevery = "1h"\njob = "noop"\n',
+    )
+    both = samples(collector.render().decode())
+    assert value(both, "fleet_schedule_paused", schedule="a") == 1  # apply does not resume
+    assert value(both, "fleet_schedule_paused", schedule="b") == 0
+    assert value(both, "fleet_runs_finished_total", schedule="b", status="done") == 0

@@ -11,9 +11,9 @@ from fleet.ops.metrics import _family, _label, _num
 
 def test_label_values_and_help_are_escaped_and_parse_back() -> None:
     odd = 'a"b\\c\nd'
-    text = "".join(
+    text = b"".join(
         _family("fleet_x", "gauge", "help with \\ and\nnewline", f'fleet_x{{schedule="{_label(odd)}"}} 1.0\n')
-    )
+    ).decode()
     (family,) = text_string_to_metric_families(text)
     assert family.documentation == "help with \\ and\nnewline"
     assert family.samples[0].labels == {"schedule": odd} and family.samples[0].value == 1.0
