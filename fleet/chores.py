@@ -6,6 +6,11 @@ and sets when it is due next: at once when the step says there is more to do, el
 Another ticker finds the row locked or not due, and skips it; the step's progress (`mark`, `cursor`)
 is stored with the row, so the next step goes on from there whichever ticker takes it. A ticker that
 dies mid-step rolls its step back, and the chore is taken again.
+
+A step that fails (a statement error, a timeout, a bug) is rolled back, logged once as
+`chore_failed`, and its chore is due again RETRY_S later, for every ticker: housekeeping never
+stops the ticks, nor makes a ticker drop its connection. A lost connection and a missing grant are
+the ticker's to handle, and are raised.
 """
 
 from __future__ import annotations
@@ -13,11 +18,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 
+from fleet import logs
 from fleet.queries import q
+
+# A failed step's chore is due again this much later.
+RETRY_S: Final = 30.0
 
 
 @dataclass(frozen=True)
@@ -57,21 +66,29 @@ def run_due(conn: psycopg.Connection[Any], chores: Sequence[Chore], now: datetim
     transaction; returns the names of the chores stepped."""
     stepped = []
     for chore in chores:
-        with conn.transaction():
-            row = conn.execute(q("chore_take"), {"name": chore.name, "now": now}).fetchone()
-            if row is None:
-                continue
-            result = chore.step(conn, Progress(now=row["db_now"], mark=row["mark"], cursor=row["cursor"]))
-            conn.execute(
-                q("chore_done"),
-                {
-                    "name": chore.name,
-                    "now": now,
-                    "due_in_s": 0.0 if result.more else chore.every_s,
-                    "mark": result.mark,
-                    "cursor": result.cursor,
-                },
-            )
+        try:
+            with conn.transaction():
+                row = conn.execute(q("chore_take"), {"name": chore.name, "now": now}).fetchone()
+                if row is None:
+                    continue
+                result = chore.step(conn, Progress(now=row["db_now"], mark=row["mark"], cursor=row["cursor"]))
+                conn.execute(
+                    q("chore_done"),
+                    {
+                        "name": chore.name,
+                        "now": now,
+                        "due_in_s": 0.0 if result.more else chore.every_s,
+                        "mark": result.mark,
+                        "cursor": result.cursor,
+                    },
+                )
+        except Exception as e:
+            if conn.closed or conn.broken or isinstance(e, psycopg.errors.InsufficientPrivilege):
+                raise
+            logs.event("chore_failed", chore=chore.name, error=f"{type(e).__name__}: {str(e).strip()[:300]}")
+            with conn.transaction():
+                conn.execute(q("chore_postpone"), {"name": chore.name, "now": now, "due_in_s": RETRY_S})
+            continue
         stepped.append(chore.name)
     return stepped
 

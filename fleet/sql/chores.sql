@@ -19,6 +19,12 @@ SET due_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(due
     stepped_at = coalesce(%(now)s::timestamptz, now())
 WHERE name = %(name)s
 
+-- name: chore_postpone
+-- After a failed step: due again later, its progress as it was.
+UPDATE fleet.chores
+SET due_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(due_in_s)s)
+WHERE name = %(name)s
+
 -- name: chore_next_wait
 -- Seconds from now() to the earliest due chore among `names`.
 SELECT extract(epoch FROM min(due_at) - coalesce(%(now)s::timestamptz, now()))::float8 AS wait_s

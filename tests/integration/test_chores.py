@@ -74,15 +74,52 @@ def test_a_chore_held_by_one_ticker_is_skipped_by_another(conn: psycopg.Connecti
     assert steps == ["slow"]
 
 
-def test_a_failed_step_changes_nothing(conn: psycopg.Connection[Any]) -> None:
+def test_a_failed_step_changes_nothing_and_is_tried_again_later(
+    conn: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     def broken(c: psycopg.Connection[Any], p: Progress) -> Step:
         c.execute("UPDATE fleet.chores SET cursor = 'half' WHERE name = 'broken'")
         raise RuntimeError("boom")
 
-    chore = Chore("broken", 60.0, broken)
-    chores.register(conn, [chore], now=T0)
-    with pytest.raises(RuntimeError, match="boom"):
-        chores.run_due(conn, [chore], now=T0)
+    def failing_statement(c: psycopg.Connection[Any], p: Progress) -> Step:
+        c.execute("SELECT 1 / 0")
+        return Step(more=False)
+
+    fine: list[str] = []
+
+    def stepping(c: psycopg.Connection[Any], p: Progress) -> Step:
+        fine.append("x")
+        return Step(more=False)
+
+    chore, other = Chore("broken", 60.0, broken), Chore("fine", 60.0, stepping)
+    chores.register(conn, [chore, other], now=T0)
+    # the failure is logged, the other chore still steps, and the connection stays usable
+    assert chores.run_due(conn, [chore, other], now=T0) == ["fine"] and fine == ["x"]
+    assert '"event":"chore_failed","chore":"broken","error":"RuntimeError: boom"' in capsys.readouterr().out
     row = conn.execute("SELECT cursor, steps FROM fleet.chores WHERE name = 'broken'").fetchone()
     assert row == {"cursor": None, "steps": 0}
-    assert chores.run_due(conn, [Chore("broken", 60.0, lambda c, p: Step(more=False))], now=T0) == ["broken"]
+    # due again RETRY_S later, for every ticker
+    assert chores.run_due(conn, [chore], now=T0 + timedelta(seconds=chores.RETRY_S - 1)) == []
+    wait = chores.next_wait(conn, [chore], now=T0)
+    assert wait is not None and abs(wait - chores.RETRY_S) < 1e-6
+    later = T0 + timedelta(seconds=chores.RETRY_S)
+    assert chores.run_due(conn, [Chore("broken", 60.0, failing_statement)], now=later) == []
+    assert "DivisionByZero" in capsys.readouterr().out and not conn.broken
+    again = later + timedelta(seconds=chores.RETRY_S)
+    assert chores.run_due(conn, [Chore("broken", 60.0, lambda c, p: Step(more=False))], now=again) == [
+        "broken"
+    ]
+
+
+def test_a_lost_connection_in_a_step_is_raised(conn: psycopg.Connection[Any], db_url: str) -> None:
+    with connect(db_url, "fleet-test doomed") as doomed:
+
+        def cut(c: psycopg.Connection[Any], p: Progress) -> Step:
+            conn.execute("SELECT pg_terminate_backend(%s)", (c.info.backend_pid,))
+            c.execute("SELECT 1")
+            return Step(more=False)
+
+        chore = Chore("cut", 60.0, cut)
+        chores.register(doomed, [chore], now=T0)
+        with pytest.raises(psycopg.OperationalError):
+            chores.run_due(doomed, [chore], now=T0)
