@@ -48,7 +48,7 @@ SELECT s.name, s.job, s.enabled, s.paused_at, s.pause_note, s.updated_at, s.star
        CASE WHEN s.every IS NOT NULL THEN extract(epoch FROM s.every)::float8
             WHEN s.cadence_hash IS DISTINCT FROM s.timing_hash OR s.cadence_mid IS NULL THEN NULL
             WHEN t.now >= s.cadence_from AND t.now < s.cadence_mid
-                THEN extract(epoch FROM s.cadence_mid - s.cadence_from)::float8
+                THEN extract(epoch FROM coalesce(s.cadence_gap, s.cadence_mid - s.cadence_from))::float8
             WHEN t.now >= s.cadence_mid AND t.now < s.cadence_until
                 THEN extract(epoch FROM s.cadence_until - s.cadence_mid)::float8
        END AS interval_s,
