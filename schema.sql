@@ -133,6 +133,7 @@ CREATE TABLE fleet.schedules (
     cadence_mid timestamp with time zone,
     cadence_until timestamp with time zone,
     cadence_hash text,
+    cadence_gap interval,
     CONSTRAINT schedules_catchup_check CHECK ((catchup = ANY (ARRAY['skip'::text, 'latest'::text, 'all'::text]))),
     CONSTRAINT schedules_check CHECK (((every IS NULL) <> (cron IS NULL))),
     CONSTRAINT schedules_dst_missing_check CHECK ((dst_missing = ANY (ARRAY['shift'::text, 'skip'::text]))),
@@ -146,6 +147,8 @@ CREATE TABLE fleet.schedules (
     CONSTRAINT schedules_pkey PRIMARY KEY (name)
 );
 ALTER TABLE fleet.schedules SET (autovacuum_vacuum_scale_factor=0.05);
+CREATE INDEX schedules_cadence_expiry ON fleet.schedules USING btree (COALESCE(cadence_mid, cadence_until, '-infinity'::timestamp with time zone)) WHERE (cron IS NOT NULL);
+CREATE INDEX schedules_cadence_outdated ON fleet.schedules USING btree (name) WHERE ((cron IS NOT NULL) AND (cadence_hash IS DISTINCT FROM timing_hash));
 CREATE INDEX schedules_due ON fleet.schedules USING btree (next_run_at) WHERE (enabled AND (paused_at IS NULL));
 
 CREATE OR REPLACE FUNCTION fleet.delete_attempts()

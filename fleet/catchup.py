@@ -12,6 +12,7 @@ from fleet.schedule import (
     latest_slot_at_or_before,
     next_slot,
     nominal_interval,
+    slots_and_next,
     slots_between,
 )
 
@@ -65,10 +66,10 @@ def plan_slots(
     room = limit - len(plan.run) - len(plan.skipped)
     # Slots ahead only after the past is done: a catch-up cut short by the limit goes first.
     if nxt is not None and nxt > now and lookahead and room > 0:
-        ahead = slots_between(timing, nxt, now + lookahead, room)
+        ahead, after = slots_and_next(timing, nxt, now + lookahead, room)
         if ahead:
             plan.run.extend(ahead)
-            plan.next_run_at = next_slot(timing, ahead[-1])
+            plan.next_run_at = after
     return plan
 
 

@@ -20,7 +20,7 @@ import psycopg
 
 from fleet.chores import Chore, Progress, Step
 from fleet.queries import q
-from fleet.schedule import TimingError, cadence_slots, timing_of
+from fleet.schedule import TimingError, cadence_run, timing_of
 
 CHORE: Final = "health_rollup"
 # How far a step (and a read) reaches back before the mark: a finishing transaction that commits
@@ -31,6 +31,11 @@ PROBE_BATCH: Final = 1000
 CADENCE_BATCH: Final = 5000
 # A cron schedule whose cadence cannot be computed now (no slot yet) is tried again this much later.
 CADENCE_RETRY: Final = timedelta(minutes=1)
+# A stored window runs over up to this many slots past the next one while their gaps are equal (an
+# hourly cron's lasts about a day), so that it is moved on that much less often.
+CADENCE_RUN: Final = 24
+# Timings whose windows a ticker keeps between steps (a few hundred bytes each).
+CADENCE_CACHE: Final = 20_000
 
 
 def rollup_chore(every_s: float) -> Chore:
@@ -58,45 +63,85 @@ def rollup_step(conn: psycopg.Connection[Any], at: Progress) -> Step:
         row = conn.execute(q("stats_probe"), {"dirty": True, "after": "", "limit": PROBE_BATCH}).fetchone()
         assert row is not None
         more = row["schedules"] == PROBE_BATCH
-    if cadence_refresh(conn, at.now) == CADENCE_BATCH:
+    if cadence_refresh(conn, at.now) >= CADENCE_BATCH:
         more = True
     return Step(more=more, mark=mark, cursor=cursor)
 
 
-def cadence_refresh(conn: psycopg.Connection[Any], now: datetime, limit: int = CADENCE_BATCH) -> int:
-    """Store the cadence windows around `now` of up to `limit` cron schedules whose windows do not
-    cover it; returns how many were looked at. Schedules with the same timing share one evaluation."""
+Window = tuple[datetime, timedelta | None, datetime | None, datetime]
+
+
+class CadenceCache:
+    """Cadence windows computed for timings (by timing_hash), kept across steps: a timing shared by
+    many schedules is evaluated once per window, not once per step that meets one of them. Holds at
+    most `size` windows; the oldest go first."""
+
+    def __init__(self, size: int = CADENCE_CACHE) -> None:
+        self.size = size
+        self.windows: dict[str, Window] = {}
+
+    def window(self, row: dict[str, Any], now: datetime) -> Window:
+        key: str = row["timing_hash"]
+        found = self.windows.get(key)
+        if found is not None and found[0] <= now < (found[2] or found[3]):
+            return found
+        window = self.windows[key] = _window(row, now)
+        while len(self.windows) > self.size:
+            del self.windows[next(iter(self.windows))]
+        return window
+
+
+_CACHE = CadenceCache()
+
+
+def cadence_refresh(
+    conn: psycopg.Connection[Any],
+    now: datetime,
+    limit: int = CADENCE_BATCH,
+    cache: CadenceCache | None = None,
+) -> int:
+    """Store the cadence windows around `now` of up to `limit` cron schedules whose windows end at
+    or before it, and of up to `limit` whose windows belong to an older timing; returns how many were
+    looked at. Each timing among them is evaluated once, and only when `cache` has no window of it
+    covering `now`."""
+    cache = _CACHE if cache is None else cache
     rows = conn.execute(q("schedule_cadence_stale"), {"now": now, "limit": limit}).fetchall()
     if not rows:
         return 0
-    found: dict[tuple[Any, ...], tuple[datetime, datetime | None, datetime]] = {}
-    names: list[str] = []
+    hashes: list[str] = []
     froms: list[datetime] = []
+    gaps: list[timedelta | None] = []
     mids: list[datetime | None] = []
     untils: list[datetime] = []
-    hashes: list[str] = []
     for r in rows:
-        key = (r["cron"], r["timezone"], r["start_at"], r["dst_repeated"], r["dst_missing"])
-        window = found.get(key)
-        if window is None:
-            window = found[key] = _window(r, now)
-        names.append(r["name"])
-        froms.append(window[0])
-        mids.append(window[1])
-        untils.append(window[2])
+        window = cache.window(r, now)
         hashes.append(r["timing_hash"])
+        froms.append(window[0])
+        gaps.append(window[1])
+        mids.append(window[2])
+        untils.append(window[3])
     conn.execute(
         q("schedule_cadence_set"),
-        {"names": names, "froms": froms, "mids": mids, "untils": untils, "hashes": hashes},
+        {
+            "now": now,
+            "limit": limit,
+            "hashes": hashes,
+            "froms": froms,
+            "gaps": gaps,
+            "mids": mids,
+            "untils": untils,
+        },
     )
-    return len(rows)
+    return sum(int(r["schedules"]) for r in rows)
 
 
-def _window(row: dict[str, Any], now: datetime) -> tuple[datetime, datetime | None, datetime]:
+def _window(row: dict[str, Any], now: datetime) -> Window:
+    """The windows of the timing around `now`: from, the gap until mid, mid, until (see migrations
+    009 and 011); no mid when none can be computed now, to be tried again at until."""
     try:
-        slots = cadence_slots(timing_of(row), now)
+        run = cadence_run(timing_of({**row, "every": None}), now, CADENCE_RUN)
     except (TimingError, ValueError):
-        slots = None
-    if slots is None:
-        return now, None, now + CADENCE_RETRY
-    return slots
+        run = None
+    if run is None:
+        return now, None, None, now + CADENCE_RETRY
+    return run

@@ -47,8 +47,10 @@ __all__ = [
     "latest_slot_at_or_before",
     "next_slot",
     "nominal_interval",
+    "cadence_run",
     "cadence_slots",
     "parse_duration",
+    "slots_and_next",
     "slots_between",
     "validate_timing",
     "zone",
@@ -250,6 +252,27 @@ def slots_between(t: Timing, start: datetime, end: datetime, limit: int) -> list
     return slots
 
 
+def slots_and_next(
+    t: Timing, start: datetime, end: datetime, limit: int
+) -> tuple[list[datetime], datetime | None]:
+    """What :func:`slots_between` returns, and the first slot after the last of them (``None`` when
+    there is none, or when no slot was returned), in one walk of the schedule."""
+    if limit < 0:
+        raise ValueError("limit must not be negative")
+    first, last = _utc(start, "start"), _utc(end, "end")
+    slots: list[datetime] = []
+    if limit == 0 or first > last:
+        return slots, None
+    walk = _plan(t).after(first - _MICROSECOND)
+    for slot in walk:
+        if slot > last:
+            return slots, slot if slots else None
+        slots.append(slot)
+        if len(slots) == limit:
+            break
+    return slots, next(walk, None) if slots else None
+
+
 def nominal_interval(t: Timing, at: datetime) -> timedelta:
     """The schedule's own cadence near `at`.
 
@@ -284,6 +307,32 @@ def cadence_slots(t: Timing, at: datetime) -> tuple[datetime, datetime, datetime
     if a is None or b is None or c is None:
         return None
     return a, b, c
+
+
+def cadence_run(t: Timing, at: datetime, limit: int) -> tuple[datetime, timedelta, datetime, datetime] | None:
+    """Slots ``a <= at < m < c`` and `gap` such that the slots from ``a`` to ``m`` are `gap` apart:
+    `nominal_interval` is `gap` for any instant in ``[a, m)`` and ``c - m`` for any in ``[m, c)``.
+    ``m`` is the end of that run of equal gaps, or `limit` slots past the first slot after ``a``,
+    whichever comes first (with `limit` 0, ``a, m, c`` are what :func:`cadence_slots` returns).
+    None when no slot precedes `at` or fewer than two follow it."""
+    plan = _plan(t)
+    moment = _utc(at, "at")
+    previous = plan.latest(moment)
+    if previous is None:
+        return None
+    walk = plan.after(previous - _MICROSECOND)
+    a, m, c = next(walk, None), next(walk, None), next(walk, None)
+    if a is None or m is None or c is None:
+        return None
+    gap = m - a
+    for _ in range(limit):
+        if c - m != gap:
+            break
+        following = next(walk, None)
+        if following is None:
+            break
+        m, c = c, following
+    return a, gap, m, c
 
 
 def timing_of(row: Mapping[str, Any]) -> Timing:
@@ -362,14 +411,47 @@ class _CronPlan:
 
     def after(self, at: datetime) -> Iterator[datetime]:
         """Slots strictly after `at`, strictly ascending."""
+        if len(self.rules) == 2 and _once(self.tz, at):
+            yield from self._after_once(at)
+            return
+        yield from self._merged(at)
+
+    def _merged(self, at: datetime) -> Iterator[datetime]:
         floor = at
         for slot in heapq.merge(*(self._after(at, *rule) for rule in self.rules)):
             if slot > floor:
                 yield slot
                 floor = slot
 
+    def _after_once(self, at: datetime) -> Iterator[datetime]:
+        """`after` for a cadence expression (both readings of repeated wall times), in one walk of
+        the wall clock while the matching wall times occur once: both rules place such a wall time
+        on the same instant and skip one inside a gap, so merging two walks would only see every
+        slot twice. At the first repeated wall time the two walks take over from the last slot."""
+        wall = at.astimezone(self.tz).replace(tzinfo=None, fold=0)
+        floor = at
+        try:
+            for candidate in CronSim(self.expr, wall):
+                first, last = _instants(self.tz, candidate)
+                if first > last:
+                    continue  # inside a gap: skipped under both rules
+                if first < last:
+                    yield from self._merged(floor)
+                    return
+                if first > floor:
+                    yield first
+                    floor = first
+        except OverflowError:
+            return
+
     def latest(self, at: datetime) -> datetime | None:
         """The last slot at or before `at`."""
+        if len(self.rules) == 2 and _once(self.tz, at):
+            # While `at` and the latest slot under the first reading occur once, no repeated wall
+            # time between them has a second reading at or before `at` that is later.
+            slot = self._latest(at, *self.rules[0])
+            if slot is not None and _once(self.tz, slot):
+                return slot
         found = [slot for rule in self.rules if (slot := self._latest(at, *rule)) is not None]
         return max(found, default=None)
 
@@ -423,7 +505,7 @@ class _CronPlan:
         return None
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=4096)
 def _plan(t: Timing) -> _IntervalPlan | _CronPlan:
     # Stored schedules are evaluated leniently: an expression an earlier version accepted keeps
     # its slots rather than stopping the ticker; validate_timing refuses it for new files.
@@ -499,6 +581,12 @@ def _instants(tz: ZoneInfo, wall: datetime) -> tuple[datetime, datetime]:
         wall.replace(tzinfo=tz, fold=0).astimezone(UTC),
         wall.replace(tzinfo=tz, fold=1).astimezone(UTC),
     )
+
+
+def _once(tz: ZoneInfo, at: datetime) -> bool:
+    """Whether the wall time of instant `at` in `tz` occurs only once (is not repeated)."""
+    first, last = _instants(tz, at.astimezone(tz).replace(tzinfo=None, fold=0))
+    return first == last
 
 
 def _transition(tz: ZoneInfo, lo: datetime, hi: datetime) -> datetime:

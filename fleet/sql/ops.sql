@@ -65,7 +65,7 @@ SELECT s.name, s.job, s.job = ANY(%(served)s::text[]) AS job_served, s.enabled, 
        CASE WHEN iv.interval_s IS NULL THEN s.dst_missing END AS dst_missing,
        x.success_at AS last_success_at,
        -- quiet since the last success, or since the schedule was created, changed, resumed or
-       -- first due, whichever is latest (greatest ignores NULLs)
+       -- first due, whichever is latest
        date_part('epoch', t.now - greatest(s.updated_at, x.success_at, s.start_at)) AS quiet_s,
        date_part('epoch', t.now - x.success_at) AS since_last_success_s,
        CASE WHEN p.name IS NOT NULL THEN p.scheduled_for WHEN x.newer THEN fl.scheduled_for ELSE st.last_slot END
@@ -88,7 +88,7 @@ CROSS JOIN LATERAL (
     SELECT CASE WHEN s.every IS NOT NULL THEN date_part('epoch', s.every)
                 WHEN s.cadence_hash IS DISTINCT FROM s.timing_hash OR s.cadence_mid IS NULL THEN NULL
                 WHEN t.now >= s.cadence_from AND t.now < s.cadence_mid
-                    THEN date_part('epoch', s.cadence_mid - s.cadence_from)
+                    THEN date_part('epoch', coalesce(s.cadence_gap, s.cadence_mid - s.cadence_from))
                 WHEN t.now >= s.cadence_mid AND t.now < s.cadence_until
                     THEN date_part('epoch', s.cadence_until - s.cadence_mid)
            END AS interval_s

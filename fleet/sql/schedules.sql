@@ -73,15 +73,22 @@ WHERE enabled AND paused_at IS NULL
 
 -- name: schedule_retention_page
 -- The next schedules of a retention pass, in name order from `after` (included with `inclusive`),
--- each with its cutoff: the pass's start minus the schedule's own retention, or the fleet's default,
--- and whether it has a finished run older than that at all (one probe of its primary key), so that
--- a schedule with nothing to remove costs no statement of its own.
-SELECT s.name, c.cutoff,
-       EXISTS (SELECT 1 FROM fleet.job_runs r
-               WHERE r.schedule_name = s.name AND r.scheduled_for < c.cutoff
-                 AND r.status IN ('done', 'skipped')) AS expired
-FROM fleet.schedules s
-CROSS JOIN LATERAL (SELECT %(start)s::timestamptz - coalesce(s.retention, %(default)s::interval) AS cutoff) c
-WHERE s.name > %(after)s OR (%(inclusive)s AND s.name = %(after)s)
-ORDER BY s.name
-LIMIT %(limit)s
+-- at most `limit`: those with a finished run older than their cutoff (the pass's start minus the
+-- schedule's own retention, or the fleet's default; one probe of the primary key each), each with
+-- its cutoff, and on every row how many schedules the page holds and the last of them. Schedules
+-- with nothing to remove are not returned, so a page costs its probes, not a row each.
+WITH page AS (
+    SELECT s.name, c.cutoff,
+           EXISTS (SELECT 1 FROM fleet.job_runs r
+                   WHERE r.schedule_name = s.name AND r.scheduled_for < c.cutoff
+                     AND r.status IN ('done', 'skipped')) AS expired
+    FROM fleet.schedules s
+    CROSS JOIN LATERAL (SELECT %(start)s::timestamptz - coalesce(s.retention, %(default)s::interval) AS cutoff) c
+    WHERE s.name > %(after)s OR (%(inclusive)s AND s.name = %(after)s)
+    ORDER BY s.name
+    LIMIT %(limit)s
+),
+size AS (SELECT count(*) AS schedules, max(name) AS last_name FROM page)
+SELECT p.name, p.cutoff, size.schedules, size.last_name
+FROM size LEFT JOIN page p ON p.expired
+ORDER BY p.name

@@ -117,22 +117,49 @@ merged AS (
 SELECT count(*) AS schedules, max(name) AS last_name, (SELECT count(*) FROM merged) AS merged FROM batch
 
 -- name: schedule_cadence_stale
--- Cron schedules whose stored cadence windows do not cover now (or belong to an older timing), at
--- most `limit`.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
-SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing, s.timing_hash
-FROM fleet.schedules s, t
-WHERE s.cron IS NOT NULL
-  AND (s.cadence_until IS NULL OR s.cadence_hash IS DISTINCT FROM s.timing_hash
-       OR t.now < s.cadence_from OR t.now >= coalesce(s.cadence_mid, s.cadence_until))
-ORDER BY s.name
-LIMIT %(limit)s
+-- The timings of up to `limit` cron schedules whose stored cadence windows end at or before now, in
+-- the order they end, and of up to `limit` whose windows belong to an older timing (or to none),
+-- each timing once, with how many of those schedules have it. Both are read through their partial
+-- indexes (migration 011), so a step costs the schedules it updates, not all cron schedules.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+batch AS (
+    (SELECT s.name, s.timing_hash, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing
+     FROM fleet.schedules s, t
+     WHERE s.cron IS NOT NULL AND coalesce(s.cadence_mid, s.cadence_until, '-infinity'::timestamptz) <= t.now
+     ORDER BY coalesce(s.cadence_mid, s.cadence_until, '-infinity'::timestamptz)
+     LIMIT %(limit)s)
+    UNION
+    (SELECT s.name, s.timing_hash, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing
+     FROM fleet.schedules s
+     WHERE s.cron IS NOT NULL AND s.cadence_hash IS DISTINCT FROM s.timing_hash
+     ORDER BY s.name
+     LIMIT %(limit)s)
+)
+SELECT timing_hash, cron, timezone, start_at, dst_repeated, dst_missing, count(*) AS schedules
+FROM batch
+GROUP BY timing_hash, cron, timezone, start_at, dst_repeated, dst_missing
 
 -- name: schedule_cadence_set
--- The cadence windows computed for the schedules (see migration 009); a NULL `mid` records that none
--- could be computed, to be tried again at `until`. Ignored for a schedule whose timing changed since.
+-- The cadence windows computed for the timings (see migrations 009 and 011), stored on the
+-- schedules schedule_cadence_stale found with those timings: a schedule whose timing changed since
+-- is left for the next step. A NULL `mid` records that none could be computed, to be tried again
+-- at `until`.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+batch AS (
+    (SELECT s.name FROM fleet.schedules s, t
+     WHERE s.cron IS NOT NULL AND coalesce(s.cadence_mid, s.cadence_until, '-infinity'::timestamptz) <= t.now
+     ORDER BY coalesce(s.cadence_mid, s.cadence_until, '-infinity'::timestamptz)
+     LIMIT %(limit)s)
+    UNION
+    (SELECT s.name FROM fleet.schedules s
+     WHERE s.cron IS NOT NULL AND s.cadence_hash IS DISTINCT FROM s.timing_hash
+     ORDER BY s.name
+     LIMIT %(limit)s)
+)
 UPDATE fleet.schedules s
-SET cadence_from = v.cfrom, cadence_mid = v.mid, cadence_until = v.until, cadence_hash = v.hash
-FROM unnest(%(names)s::text[], %(froms)s::timestamptz[], %(mids)s::timestamptz[], %(untils)s::timestamptz[],
-            %(hashes)s::text[]) AS v(name, cfrom, mid, until, hash)
-WHERE s.name = v.name AND s.timing_hash = v.hash
+SET cadence_from = v.cfrom, cadence_gap = v.gap, cadence_mid = v.mid, cadence_until = v.until,
+    cadence_hash = v.hash
+FROM unnest(%(hashes)s::text[], %(froms)s::timestamptz[], %(gaps)s::interval[], %(mids)s::timestamptz[],
+            %(untils)s::timestamptz[]) AS v(hash, cfrom, gap, mid, until)
+-- (the batch as an array: its rows are then found through the primary key, whatever the estimates)
+WHERE s.name = ANY(ARRAY(SELECT name FROM batch)) AND s.timing_hash = v.hash

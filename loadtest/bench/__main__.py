@@ -85,6 +85,12 @@ def parse(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
         "--sustained-minutes", type=str, help="whole minutes the sustained load is measured (10, quick 2)"
     )
     p.add_argument(
+        "--million", type=str, help="hourly schedules of the million section (1000000, quick 20000)"
+    )
+    p.add_argument(
+        "--million-s", type=str, help="seconds the million section's ticker is measured (600, quick 60)"
+    )
+    p.add_argument(
         "--claimers", default="4,16,64", help="worker process counts draining one backlog (4,16,64)"
     )
     p.add_argument("--log-dir", type=Path, help="where process logs go (default: a new temporary directory)")
@@ -107,6 +113,8 @@ def parse(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
             ("--herd", a.herd),
             ("--sustained", a.sustained),
             ("--sustained-minutes", a.sustained_minutes),
+            ("--million", a.million),
+            ("--million-s", a.million_s),
         )
         if text is not None
     }
@@ -120,6 +128,8 @@ def parse(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
         sustained=sizes.get("--sustained"),
         sustained_minutes=sizes.get("--sustained-minutes"),
         claimers=counts(p, "--claimers", a.claimers),
+        million=sizes.get("--million"),
+        million_s=sizes.get("--million-s"),
     )
     return opts, a
 

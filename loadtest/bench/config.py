@@ -55,6 +55,8 @@ class Options:
     sustained: int = 100_000  # schedules every minute (sustained)
     sustained_minutes: int = 10  # whole minutes measured (sustained)
     claimers: tuple[int, ...] = (4, 16, 64)  # worker processes draining one backlog (claimers)
+    million: int = 1_000_000  # hourly schedules (million)
+    million_s: int = 600  # seconds the ticker is measured over them (million)
 
 
 def options(
@@ -68,6 +70,8 @@ def options(
     sustained: int | None = None,
     sustained_minutes: int | None = None,
     claimers: tuple[int, ...] = (4, 16, 64),
+    million: int | None = None,
+    million_s: int | None = None,
 ) -> Options:
     """Full sizes, or the --quick ones (a smoke test: one repetition, short runs)."""
     return Options(
@@ -93,6 +97,8 @@ def options(
         sustained=sustained if sustained is not None else (5_000 if quick else 100_000),
         sustained_minutes=sustained_minutes if sustained_minutes is not None else (2 if quick else 10),
         claimers=claimers,
+        million=million if million is not None else (20_000 if quick else 1_000_000),
+        million_s=million_s if million_s is not None else (60 if quick else 600),
     )
 
 

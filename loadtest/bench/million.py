@@ -15,9 +15,8 @@ from loadtest.bench.procs import Proc, env_for, fleet_cmd
 from loadtest.bench.report import Report
 from loadtest.bench.server import wait_until
 
-SCHEDULES, QUICK_SCHEDULES = 1_000_000, 20_000
-# The ticker runs this long after its first slot: a sixth of the hour, so a sixth of the slots.
-TICKER_S, QUICK_TICKER_S = 600.0, 60.0
+# The ticker runs for bench.opts.million_s (600 s by default) after its first slot: a sixth of the
+# hour, so a sixth of the slots.
 APPLY_TARGET_S = 120.0
 APPLY_TARGET_MIB = 2048.0
 TICKER_TARGET_MIB = 100.0
@@ -83,8 +82,8 @@ def rss_mib(proc: Proc, field: str) -> float:
 
 
 def run(bench: Bench, report: Report) -> None:
-    n = QUICK_SCHEDULES if bench.opts.quick else SCHEDULES
-    window_s = QUICK_TICKER_S if bench.opts.quick else TICKER_S
+    n = bench.opts.million
+    window_s = float(bench.opts.million_s)
     url = bench.server.database("million")
     path = bench.log_dir / "million.toml"
     write_file(path, n)

@@ -11,6 +11,7 @@ import pytest
 from fleet import chores, repair, rollup
 from fleet.db import connect
 from fleet.ops.inspect import schedule_health
+from fleet.queries import q
 from fleet.results import ScheduleHealth
 from fleet.schedule import nominal_interval, timing_of
 from tests.integration.ops_support import add_run
@@ -241,3 +242,99 @@ def test_cron_cadence_is_stored_and_read_as_computed(conn: psycopg.Connection[An
     (h,) = schedule_health(conn, now=friday_noon)
     assert h.interval_s == 24 * 3600
     assert rollup.cadence_refresh(conn, friday_noon) == 1
+
+
+def test_cron_cadence_windows_span_the_slots_of_equal_gaps(conn: psycopg.Connection[Any]) -> None:
+    apply_text(
+        conn,
+        '[[schedule]]\nname = "hourly"\ncron = "15 30 * * * *"\njob = "noop"\n'
+        '[[schedule]]\nname = "daily"\ncron = "0 9 * * *"\ntimezone = "Europe/Berlin"\njob = "noop"\n',
+    )
+    rows = {r["name"]: r for r in conn.execute("SELECT * FROM fleet.schedules").fetchall()}
+    at = datetime(2026, 3, 20, 12, tzinfo=UTC)
+    assert rollup.cadence_refresh(conn, at, cache=rollup.CadenceCache()) == 2
+    stored = {
+        r["name"]: r
+        for r in conn.execute(
+            "SELECT name, cadence_from, cadence_gap, cadence_mid, cadence_until FROM fleet.schedules"
+        )
+    }
+    # one stored window holds for a day of hourly slots, and for the daily one until the week
+    # before the spring transition of 29 March, where its gap is 23 hours
+    assert stored["hourly"]["cadence_mid"] - stored["hourly"]["cadence_from"] == 25 * H
+    assert stored["daily"]["cadence_mid"] == datetime(2026, 3, 28, 8, tzinfo=UTC)
+    assert stored["daily"]["cadence_until"] - stored["daily"]["cadence_mid"] == 23 * H
+    # nothing to move on until the windows end
+    assert rollup.cadence_refresh(conn, at + 20 * H, cache=rollup.CadenceCache()) == 0
+    # what is read from them is the real gap around every instant they cover
+    for name, row in rows.items():
+        start, end = stored[name]["cadence_from"], stored[name]["cadence_until"]
+        probes = [start + (end - start) * k / 97 for k in range(97)] + [stored[name]["cadence_mid"]]
+        for probe in probes:
+            interval = scalar(
+                conn,
+                "SELECT interval_s FROM (" + q("schedule_health") + ") h WHERE name = %(name)s",
+                {"now": probe, "name": name, "names": None, "stale_s": 60.0, "margin_s": rollup.MARGIN_S},
+            )
+            assert interval == nominal_interval(timing_of(row), probe).total_seconds(), (name, probe)
+
+
+def test_a_timing_is_evaluated_once_across_steps(conn: psycopg.Connection[Any]) -> None:
+    apply_text(
+        conn, "".join(f'[[schedule]]\nname = "s{i}"\ncron = "7 * * * *"\njob = "noop"\n' for i in range(3))
+    )
+    cache = rollup.CadenceCache()
+    at = datetime(2026, 3, 20, 12, tzinfo=UTC)
+    assert rollup.cadence_refresh(conn, at, limit=1, cache=cache) == 1
+    (first,) = cache.windows.values()
+    assert rollup.cadence_refresh(conn, at, limit=1, cache=cache) == 1
+    assert rollup.cadence_refresh(conn, at, limit=1, cache=cache) == 1
+    assert rollup.cadence_refresh(conn, at, limit=1, cache=cache) == 0
+    (again,) = cache.windows.values()
+    assert again is first  # not evaluated again for the other two schedules
+    windows = conn.execute(
+        "SELECT DISTINCT cadence_from, cadence_gap, cadence_mid, cadence_until FROM fleet.schedules"
+    )
+    assert windows.fetchall() == [
+        dict(zip(("cadence_from", "cadence_gap", "cadence_mid", "cadence_until"), first, strict=True))
+    ]
+    # a cache holds at most its size, the oldest timing going first
+    small = rollup.CadenceCache(size=1)
+    small.window(
+        {
+            "timing_hash": "a",
+            "cron": "7 * * * *",
+            "timezone": "UTC",
+            "start_at": None,
+            "dst_repeated": "first",
+            "dst_missing": "shift",
+        },
+        at,
+    )
+    small.window(
+        {
+            "timing_hash": "b",
+            "cron": "8 * * * *",
+            "timezone": "UTC",
+            "start_at": None,
+            "dst_repeated": "first",
+            "dst_missing": "shift",
+        },
+        at,
+    )
+    assert list(small.windows) == ["b"]
+
+
+def test_stale_cadences_are_read_through_indexes(conn: psycopg.Connection[Any]) -> None:
+    with conn.transaction(force_rollback=True):
+        conn.execute("SET LOCAL enable_seqscan = off")
+        for name, params in (
+            ("schedule_cadence_stale", {"now": None, "limit": 10}),
+            (
+                "schedule_cadence_set",
+                {"now": None, "limit": 10, "hashes": [], "froms": [], "gaps": [], "mids": [], "untils": []},
+            ),
+        ):
+            plan = "\n".join(r["QUERY PLAN"] for r in conn.execute("EXPLAIN " + q(name), params))
+            assert "Seq Scan on schedules" not in plan, plan
+            assert "schedules_cadence_expiry" in plan and "schedules_cadence_outdated" in plan, plan
