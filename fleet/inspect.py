@@ -127,6 +127,7 @@ def health_chunks(
     params: dict[str, Any] = {
         "now": now,
         "names": list(names) if names else None,
+        "every": not names,  # every schedule, else the named ones
         "stale_s": STALE_AFTER_S,
         "margin_s": MARGIN_S,
     }

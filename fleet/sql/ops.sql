@@ -13,7 +13,7 @@ fin AS (
     SELECT r.schedule_name, r.scheduled_for, r.status, r.last_outcome, r.finished_at, r.last_error
     FROM fleet.job_runs r
     WHERE r.status IN ('done', 'dead', 'skipped') AND r.finished_at >= %(since)s
-      AND (%(names)s::text[] IS NULL OR r.schedule_name = ANY(%(names)s::text[]))
+      AND (%(every)s OR r.schedule_name = ANY(%(names)s::text[]))
 ),
 ok AS (
     SELECT DISTINCT ON (schedule_name) schedule_name, scheduled_for, finished_at
@@ -26,7 +26,7 @@ fl AS (
 ),
 dead AS (
     SELECT r.schedule_name, count(*) AS n FROM fleet.job_runs r
-    WHERE r.status = 'dead' AND (%(names)s::text[] IS NULL OR r.schedule_name = ANY(%(names)s::text[]))
+    WHERE r.status = 'dead' AND (%(every)s OR r.schedule_name = ANY(%(names)s::text[]))
     GROUP BY r.schedule_name
 ),
 -- the schedules past the first pass's cursor (all of it: success and finished run), and the dirty
@@ -34,11 +34,11 @@ dead AS (
 unrolled AS (
     SELECT s.name, true AS whole FROM fleet.schedules s
     WHERE NOT %(done)s AND s.name > %(cursor)s
-      AND (%(names)s::text[] IS NULL OR s.name = ANY(%(names)s::text[]))
+      AND (%(every)s OR s.name = ANY(%(names)s::text[]))
     UNION ALL
     SELECT st.name, false FROM fleet.schedule_stats st
     WHERE st.dirty > 0 AND (%(done)s OR st.name <= %(cursor)s)
-      AND (%(names)s::text[] IS NULL OR st.name = ANY(%(names)s::text[]))
+      AND (%(every)s OR st.name = ANY(%(names)s::text[]))
 ),
 probe AS (
     SELECT u.name, u.whole, ls.finished_at AS success_at,
@@ -104,7 +104,7 @@ CROSS JOIN LATERAL (
                 OR (fl.scheduled_for, fl.finished_at) >= (st.last_slot, coalesce(st.last_finished_at, '-infinity')))
            AS newer
 ) x
-WHERE %(names)s::text[] IS NULL OR s.name = ANY(%(names)s::text[])
+WHERE %(every)s OR s.name = ANY(%(names)s::text[])
 ORDER BY s.name
 
 -- name: health_session
@@ -140,7 +140,7 @@ SELECT r.schedule_name,
                           AND NOT (r.job = ANY(%(served)s::text[])))::int AS unserved
 FROM fleet.job_runs r, t
 WHERE r.status IN ('pending', 'running')
-  AND (%(names)s::text[] IS NULL OR r.schedule_name = ANY(%(names)s::text[]))
+  AND (%(every)s OR r.schedule_name = ANY(%(names)s::text[]))
 GROUP BY r.schedule_name, t.now
 
 -- name: schedule_names

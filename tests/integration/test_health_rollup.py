@@ -271,10 +271,19 @@ def test_cron_cadence_windows_span_the_slots_of_equal_gaps(conn: psycopg.Connect
         start, end = stored[name]["cadence_from"], stored[name]["cadence_until"]
         probes = [start + (end - start) * k / 97 for k in range(97)] + [stored[name]["cadence_mid"]]
         for probe in probes:
+            # straight from the statement (a cadence it does not hold would be computed in Python)
             interval = scalar(
                 conn,
-                "SELECT interval_s FROM (" + q("schedule_health") + ") h WHERE name = %(name)s",
-                {"now": probe, "name": name, "names": None, "stale_s": 60.0, "margin_s": rollup.MARGIN_S},
+                "SELECT interval_s FROM (" + q("schedule_health") + ") h",
+                {
+                    "now": probe,
+                    "names": [name],
+                    "every": False,
+                    "served": [],
+                    "since": None,
+                    "done": True,
+                    "cursor": "",
+                },
             )
             assert interval == nominal_interval(timing_of(row), probe).total_seconds(), (name, probe)
 

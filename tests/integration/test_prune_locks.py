@@ -56,7 +56,7 @@ def test_prune_of_a_million_rows_does_not_block_claims(db_url: str, conn: psycop
     generated_s = time.monotonic() - started
 
     # health and pruning read a million finished rows through indexes only
-    health = {"now": datetime.now(UTC), "names": None, "served": ["noop"]}
+    health = {"now": datetime.now(UTC), "names": None, "every": True, "served": ["noop"]}
     for name, params in (
         # before the roll-up's first pass (every schedule probed), and after it
         ("schedule_health", {**health, "since": None, "done": False, "cursor": ""}),
