@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -113,8 +114,8 @@ class Activity:
     and, for active sessions, what they wait on."""
 
     SQL = (
-        "SELECT a.application_name AS app, a.state, a.wait_event_type AS wtype, a.wait_event AS wevent, "
-        "a.query, CASE WHEN a.wait_event_type = 'Lock' THEN (SELECT b.query FROM pg_stat_activity b "
+        "SELECT a.application_name AS app, a.backend_start AS started, a.state, a.wait_event_type AS wtype, "
+        "a.wait_event AS wevent, a.query, CASE WHEN a.wait_event_type = 'Lock' THEN (SELECT b.query FROM pg_stat_activity b "
         "WHERE b.pid = (pg_blocking_pids(a.pid))[1]) END AS blocker "
         "FROM pg_stat_activity a WHERE a.datname = %s AND a.backend_type = 'client backend' "
         "AND a.application_name NOT LIKE 'fleet-bench%%'"
@@ -126,6 +127,10 @@ class Activity:
         self.every_s = every_s
         self.peak = 0  # sessions of the database at once
         self.per_worker = 0  # sessions of one worker at once, the most of any worker
+        # When sampling began (the server's clock). A worker's sessions are those opened since: a
+        # pooler's server sessions opened in an earlier trial carry the application_name of the
+        # last client they served, and would be counted as one more session of that worker.
+        self.since: datetime | None = None
         self.waits: Counter[str] = Counter()
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-activity", daemon=True)
@@ -134,12 +139,19 @@ class Activity:
         """One sample's rows."""
         rows = list(rows)
         self.peak = max(self.peak, len(rows))
-        workers = Counter(w for r in rows if (w := worker_of(str(r["app"] or ""))) is not None)
+        workers = Counter(
+            w
+            for r in rows
+            if (w := worker_of(str(r["app"] or ""))) is not None
+            and (self.since is None or r["started"] is None or r["started"] >= self.since)
+        )
         self.per_worker = max(self.per_worker, *workers.values(), 0)
         self.waits.update(activity_label(r) for r in rows if r["state"] == "active")
 
     def _run(self) -> None:
         with connect(self.admin_url, "fleet-bench activity") as conn:
+            row = conn.execute("SELECT statement_timestamp() AS t").fetchone()
+            self.since = row["t"] if row else None
             while not self._halt.wait(self.every_s):
                 self.add(conn.execute(self.SQL, (self.database,)).fetchall())
 

@@ -152,6 +152,7 @@ def test_activity_keeps_the_most_sessions_seen_and_what_active_ones_wait_on() ->
     ) -> dict[str, object]:
         return {
             "app": app,
+            "started": None,
             "state": state,
             "wtype": wtype,
             "wevent": wevent,
@@ -183,6 +184,21 @@ def test_activity_keeps_the_most_sessions_seen_and_what_active_ones_wait_on() ->
         "run_claim Client:ClientRead": 1,
     }
     assert wait_label(None, None) == "CPU" and wait_label("IO", "WALSync") == "IO:WALSync"
+
+
+def test_activity_counts_as_a_workers_sessions_only_those_opened_since_sampling_began() -> None:
+    # A pooler's server session opened in an earlier trial keeps the application_name of the last
+    # client it served: it is not one more session of that worker.
+    a = Activity("postgresql://unused", "db")
+    a.since = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
+    before, after = a.since - dt.timedelta(seconds=5), a.since + dt.timedelta(seconds=1)
+    a.add(
+        [
+            {"app": f"fleet-worker w1{suffix}", "started": started, "state": "idle", "query": ""}
+            for suffix, started in (("", after), ("", after), (" listen", after), ("", before))
+        ]
+    )
+    assert a.per_worker == 3 and a.peak == 4
     assert shares({"CPU": 3, "Lock:tuple": 1}) == "CPU 75%, Lock:tuple 25%"
     assert shares({}) == "no active session sampled"
     assert shares({"a": 1, "b": 1, "c": 1}, top=2) == "a 33%, b 33%"
