@@ -245,13 +245,26 @@ ungate AS (
     FROM fin f
     WHERE f.status IN ('done', 'dead') AND f.overlap <> 'allow'
       AND s.name = f.schedule_name AND s.running_slot = f.scheduled_for
-    RETURNING s.name
+    RETURNING s.name, f.scheduled_for AS slot
+),
+-- A freed gate makes a run claimable only where another run of the schedule is due and waiting
+-- (a queued slot, a retry or a run reclaimed after an operator freed the gate); the run itself is
+-- seen here as it was before this statement, still running.
+waiting AS (
+    SELECT 1 FROM ungate u
+    WHERE EXISTS (
+        SELECT 1 FROM fleet.job_runs e
+        WHERE e.schedule_name = u.name AND e.scheduled_for <> u.slot AND e.status IN ('pending', 'running')
+          AND CASE WHEN e.status = 'pending' THEN e.run_after ELSE e.locked_until END
+              <= coalesce(%(now)b::timestamptz, now()))
 )
--- Wake idle workers when a run became claimable: a gate was freed, a run was handed back, or a
--- retry was planned (they recompute how long to sleep).
+-- Wake idle workers when a run became claimable: a gate was freed for a waiting run, a run was
+-- handed back, or a retry was planned (they recompute how long to sleep). A notification is not
+-- free: committing it takes a lock that every other notifying commit of the server waits for, so
+-- a finish that frees gates nobody waits for (each run of a herd of skip schedules) sends none.
 SELECT f.i,
        (SELECT count(pg_notify('fleet_runs', ''))
-        FROM (SELECT 1 FROM ungate UNION ALL SELECT 1 FROM fin WHERE status = 'pending' LIMIT 1) u) AS woke
+        FROM (SELECT 1 FROM waiting UNION ALL SELECT 1 FROM fin WHERE status = 'pending' LIMIT 1) u) AS woke
 FROM fin f
 
 -- name: run_next_wait
