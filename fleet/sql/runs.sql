@@ -64,6 +64,8 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- of a subquery whole); the previous status is the row's own value in SET, read under the lock.
 -- The new attempt's trace and span ids are taken from `ids`, 24 random bytes per claimable row
 -- from the worker (the database's random UUIDs cost more and have fixed version bits).
+-- A run is skipped when it is not among the gates taken: NOT IN over the gate's keys (never NULL)
+-- is one hashed lookup per run, where NOT EXISTS was planned as a nested loop over both CTEs.
 -- The result has the columns of `out` and the schedule's, and 'overlap' in skipped_reason for a
 -- run recorded skipped (then only its key is set). Empty args come back as NULL: nothing to decode.
 WITH expired AS (
@@ -127,7 +129,7 @@ skipped AS (
         last_error = 'overlap: an earlier run of this schedule was still in progress'
     FROM (SELECT c.schedule_name, c.scheduled_for FROM cand c
           WHERE c.overlap = 'skip' AND c.status = 'pending' AND c.attempts = 0
-            AND NOT EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
+            AND (c.schedule_name, c.scheduled_for) NOT IN (SELECT g.name, g.running_slot FROM gate g)
           OFFSET 0) c
     WHERE r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
     RETURNING r.schedule_name, r.scheduled_for
