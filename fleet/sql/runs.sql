@@ -64,6 +64,8 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- of a subquery whole); the previous status is the row's own value in SET, read under the lock.
 -- The new attempt's trace and span ids are taken from `ids`, 24 random bytes per claimable row
 -- from the worker (the database's random UUIDs cost more and have fixed version bits).
+-- A run is skipped when it is not among the gates taken: NOT IN over the gate's keys (never NULL)
+-- is one hashed lookup per run, where NOT EXISTS was planned as a nested loop over both CTEs.
 -- The result has the columns of `out` and the schedule's, and 'overlap' in skipped_reason for a
 -- run recorded skipped (then only its key is set). Empty args come back as NULL: nothing to decode.
 WITH expired AS (
@@ -127,7 +129,7 @@ skipped AS (
         last_error = 'overlap: an earlier run of this schedule was still in progress'
     FROM (SELECT c.schedule_name, c.scheduled_for FROM cand c
           WHERE c.overlap = 'skip' AND c.status = 'pending' AND c.attempts = 0
-            AND NOT EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
+            AND (c.schedule_name, c.scheduled_for) NOT IN (SELECT g.name, g.running_slot FROM gate g)
           OFFSET 0) c
     WHERE r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
     RETURNING r.schedule_name, r.scheduled_for
@@ -245,13 +247,26 @@ ungate AS (
     FROM fin f
     WHERE f.status IN ('done', 'dead') AND f.overlap <> 'allow'
       AND s.name = f.schedule_name AND s.running_slot = f.scheduled_for
-    RETURNING s.name
+    RETURNING s.name, f.scheduled_for AS slot
+),
+-- A freed gate makes a run claimable only where another run of the schedule is due and waiting
+-- (a queued slot, a retry or a run reclaimed after an operator freed the gate); the run itself is
+-- seen here as it was before this statement, still running.
+waiting AS (
+    SELECT 1 FROM ungate u
+    WHERE EXISTS (
+        SELECT 1 FROM fleet.job_runs e
+        WHERE e.schedule_name = u.name AND e.scheduled_for <> u.slot AND e.status IN ('pending', 'running')
+          AND CASE WHEN e.status = 'pending' THEN e.run_after ELSE e.locked_until END
+              <= coalesce(%(now)b::timestamptz, now()))
 )
--- Wake idle workers when a run became claimable: a gate was freed, a run was handed back, or a
--- retry was planned (they recompute how long to sleep).
+-- Wake idle workers when a run became claimable: a gate was freed for a waiting run, a run was
+-- handed back, or a retry was planned (they recompute how long to sleep). A notification is not
+-- free: committing it takes a lock that every other notifying commit of the server waits for, so
+-- a finish that frees gates nobody waits for (each run of a herd of skip schedules) sends none.
 SELECT f.i,
        (SELECT count(pg_notify('fleet_runs', ''))
-        FROM (SELECT 1 FROM ungate UNION ALL SELECT 1 FROM fin WHERE status = 'pending' LIMIT 1) u) AS woke
+        FROM (SELECT 1 FROM waiting UNION ALL SELECT 1 FROM fin WHERE status = 'pending' LIMIT 1) u) AS woke
 FROM fin f
 
 -- name: run_next_wait

@@ -196,6 +196,39 @@ def test_overlap_queue_waits_for_the_previous_run(conn: psycopg.Connection[Any])
     assert [g.slot for g in got] == [T0 + timedelta(seconds=5)]
 
 
+def test_a_freed_gate_wakes_workers_only_for_a_run_waiting_on_it(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
+    """A finish that frees a gate notifies idle workers only when another run of the schedule is
+    due and waiting: committing a notification serialises the server's notifying commits, and a
+    herd of skip schedules frees a gate with every run."""
+
+    def woken(listener: psycopg.Connection[Any]) -> int:
+        return len(list(listener.notifies(timeout=0.3)))
+
+    schedule(conn, "q", overlap='"queue"')
+    schedule(conn, "k", overlap='"skip"')
+    add_run(conn, "q", T0, overlap="queue")
+    add_run(conn, "k", T0, overlap="skip")
+    with connect(db_url, "fleet-tests listener", listen=True) as listener:
+        listener.execute("LISTEN fleet_runs")
+        (a, b), _ = claim(conn, T0)
+        woken(listener)
+        # The skip schedule's next slot is created ahead, not due yet: nothing waits on its gate.
+        add_run(conn, "k", T0 + timedelta(hours=1), overlap="skip")
+        [k] = [x for x in (a, b) if x.schedule == "k"]
+        [qa] = [x for x in (a, b) if x.schedule == "q"]
+        assert fin(conn, [(k, DONE)], now=T0 + timedelta(seconds=1)) == {k.key}
+        assert scalar(conn, "SELECT count(*) FROM fleet.schedules WHERE running_slot IS NOT NULL") == 1
+        assert woken(listener) == 0
+        # The queue schedule's next slot is due while the first runs: its finish wakes the workers.
+        add_run(conn, "q", T0 + timedelta(seconds=5), overlap="queue")
+        assert fin(conn, [(qa, DONE)], now=T0 + timedelta(seconds=6)) == {qa.key}
+        assert woken(listener) == 1
+    (c,), _ = claim(conn, T0 + timedelta(seconds=7))
+    assert (c.schedule, c.slot) == ("q", T0 + timedelta(seconds=5))
+
+
 def test_overlap_allow_runs_slots_together(conn: psycopg.Connection[Any]) -> None:
     schedule(conn, overlap='"allow"')
     add_run(conn, "s", T0, overlap="allow")
