@@ -11,7 +11,7 @@ import pytest
 
 from fleet import inspect
 from fleet.ops.inspect import schedule_health, write_json_chunks
-from fleet.results import ScheduleHealth
+from fleet.results import HEALTH_FIELDS, ScheduleHealth
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json
 from tests.support import apply_text, scalar
 
@@ -221,6 +221,7 @@ def test_a_read_in_chunks_is_the_read_at_once(conn: psycopg.Connection[Any]) -> 
     whole = [h.to_json() for h in schedule_health(conn, now=now)]
     chunks = list(inspect.health_chunks(conn, now=now, size=2))
     assert [len(c) for c in chunks] == [2, 2, 1]
+    assert all(tuple(v) == HEALTH_FIELDS for c in chunks for v in c)  # every field, in order
     assert [ScheduleHealth(*v.values()).to_json() for c in chunks for v in c] == whole
     assert [h["interval_s"] in (24 * 3600, 72 * 3600) for h in whole] == [True, False, True, False, True]
     assert [h["interval_s"] for h in whole][1::2] == [3600, 3600]
