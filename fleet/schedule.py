@@ -297,23 +297,15 @@ def cadence_slots(t: Timing, at: datetime) -> tuple[datetime, datetime, datetime
     """Three consecutive slots ``a <= at < b < c``: `nominal_interval` is ``b - a`` for any instant
     in ``[a, b)`` and ``c - b`` for any in ``[b, c)``, so they can be stored and looked up instead of
     evaluated per read. None when no slot precedes `at` or fewer than two follow it."""
-    plan = _plan(t)
-    moment = _utc(at, "at")
-    previous = plan.latest(moment)
-    if previous is None:
-        return None
-    slots = plan.after(previous - _MICROSECOND)
-    a, b, c = next(slots, None), next(slots, None), next(slots, None)
-    if a is None or b is None or c is None:
-        return None
-    return a, b, c
+    run = cadence_run(t, at, 0)
+    return None if run is None else (run[0], run[2], run[3])
 
 
 def cadence_run(t: Timing, at: datetime, limit: int) -> tuple[datetime, timedelta, datetime, datetime] | None:
     """Slots ``a <= at < m < c`` and `gap` such that the slots from ``a`` to ``m`` are `gap` apart:
     `nominal_interval` is `gap` for any instant in ``[a, m)`` and ``c - m`` for any in ``[m, c)``.
     ``m`` is the end of that run of equal gaps, or `limit` slots past the first slot after ``a``,
-    whichever comes first (with `limit` 0, ``a, m, c`` are what :func:`cadence_slots` returns).
+    whichever comes first (with `limit` 0, the next slot after ``a``: :func:`cadence_slots`).
     None when no slot precedes `at` or fewer than two follow it."""
     plan = _plan(t)
     moment = _utc(at, "at")
