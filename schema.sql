@@ -86,6 +86,13 @@ CREATE TABLE fleet.processes (
     CONSTRAINT fleet_processes_pkey PRIMARY KEY (id)
 );
 
+CREATE TABLE fleet.schedule_gates (
+    name text NOT NULL,
+    running_slot timestamp with time zone,
+    CONSTRAINT schedule_gates_name_fkey FOREIGN KEY (name) REFERENCES fleet.schedules(name) ON DELETE CASCADE,
+    CONSTRAINT schedule_gates_pkey PRIMARY KEY (name)
+);
+
 CREATE TABLE fleet.schedule_stats (
     name text NOT NULL,
     last_success_slot timestamp with time zone,
@@ -121,7 +128,6 @@ CREATE TABLE fleet.schedules (
     enabled boolean NOT NULL DEFAULT true,
     paused_at timestamp with time zone,
     next_run_at timestamp with time zone,
-    running_slot timestamp with time zone,
     missed_slots bigint NOT NULL DEFAULT 0,
     timing_hash text NOT NULL,
     created_at timestamp with time zone NOT NULL DEFAULT now(),

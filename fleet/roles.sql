@@ -40,14 +40,15 @@ GRANT INSERT, DELETE ON fleet.job_runs TO fleet_ticker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_ticker;
 GRANT INSERT, UPDATE ON fleet.chores TO fleet_ticker;
 
-GRANT UPDATE (running_slot) ON fleet.schedules TO fleet_worker;
+GRANT INSERT, UPDATE ON fleet.schedule_gates TO fleet_worker;
 GRANT UPDATE (status, attempts, failures, last_outcome, locked_by, locked_host, locked_pid, locked_until,
               started_at, finished_at, last_error, run_after, trace_id, span_id, traced)
     ON fleet.job_runs TO fleet_worker;
 GRANT INSERT ON fleet.job_attempts TO fleet_worker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_worker;
 
-GRANT INSERT, UPDATE, DELETE ON fleet.schedules, fleet.job_runs, fleet.job_attempts TO fleet_operator;
+GRANT INSERT, UPDATE, DELETE ON fleet.schedules, fleet.schedule_gates, fleet.job_runs, fleet.job_attempts
+    TO fleet_operator;
 GRANT UPDATE (dirty) ON fleet.schedule_stats TO fleet_operator;
 GRANT DELETE ON fleet.processes TO fleet_operator;
 
@@ -65,11 +66,16 @@ CREATE POLICY fleet_ticker_advance ON fleet.schedules FOR UPDATE TO fleet_ticker
 -- A worker holds a schedule's gate only for an open run of that schedule (the claim sets it for
 -- the run it claims, the finish clears it): a gate set to a slot without a run would block every
 -- later run of a skip or queue schedule.
-DROP POLICY IF EXISTS fleet_worker_gate ON fleet.schedules;
-CREATE POLICY fleet_worker_gate ON fleet.schedules FOR UPDATE TO fleet_worker USING (true)
+ALTER TABLE fleet.schedule_gates ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS fleet_read ON fleet.schedule_gates;
+CREATE POLICY fleet_read ON fleet.schedule_gates FOR SELECT USING (true);
+DROP POLICY IF EXISTS fleet_operator_all ON fleet.schedule_gates;
+CREATE POLICY fleet_operator_all ON fleet.schedule_gates TO fleet_operator USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS fleet_worker_gate ON fleet.schedule_gates;
+CREATE POLICY fleet_worker_gate ON fleet.schedule_gates TO fleet_worker USING (true)
     WITH CHECK (running_slot IS NULL OR EXISTS (
         SELECT 1 FROM fleet.job_runs r
-        WHERE r.schedule_name = schedules.name AND r.scheduled_for = schedules.running_slot
+        WHERE r.schedule_name = schedule_gates.name AND r.scheduled_for = schedule_gates.running_slot
           AND r.status IN ('pending', 'running')));
 
 DROP POLICY IF EXISTS fleet_read ON fleet.job_runs;

@@ -161,7 +161,7 @@ def lose_the_claim(conn: psycopg.Connection[Any]) -> None:
         "locked_by = NULL, locked_host = NULL, locked_pid = NULL, locked_until = NULL, "
         "trace_id = NULL, span_id = NULL WHERE status = 'running'"
     )
-    conn.execute("UPDATE fleet.schedules SET running_slot = NULL")
+    conn.execute("UPDATE fleet.schedule_gates SET running_slot = NULL")
     conn.execute("NOTIFY fleet_runs")
 
 

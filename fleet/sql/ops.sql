@@ -245,7 +245,7 @@ retried AS (
     RETURNING r.schedule_name, r.scheduled_for
 ),
 ungate AS (
-    UPDATE fleet.schedules s SET running_slot = NULL
+    UPDATE fleet.schedule_gates s SET running_slot = NULL
     FROM retried x
     WHERE s.name = x.schedule_name AND s.running_slot = x.scheduled_for
 ),
@@ -270,7 +270,7 @@ WITH discarded AS (
     RETURNING r.schedule_name, r.scheduled_for
 ),
 ungate AS (
-    UPDATE fleet.schedules s SET running_slot = NULL
+    UPDATE fleet.schedule_gates s SET running_slot = NULL
     FROM discarded x
     WHERE s.name = x.schedule_name AND s.running_slot = x.scheduled_for
 ),

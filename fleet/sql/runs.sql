@@ -54,9 +54,10 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 
 -- name: run_claim
 -- Claim due runs: pending and due, or running with an expired lease, by one path. Runs of a
--- schedule whose overlap is not 'allow' must also take the schedule's gate (fleet.schedules.running_slot);
--- a fresh run that finds the gate held by another run is recorded 'skipped' under overlap 'skip'
--- and left pending under 'queue'.
+-- schedule whose overlap is not 'allow' must also take the schedule's gate (fleet.schedule_gates,
+-- a row created by the first claim that takes it); a fresh run that finds the gate held by another
+-- run is recorded 'skipped' under overlap 'skip' and left pending under 'queue'. Claimers of two
+-- runs of one schedule serialise on the gate row and the second re-checks it under the lock.
 --
 -- Written for a plan that stays flat: each candidate is read once, locked, with the values it had
 -- before (tracing links and a lost attempt's history need them); the updates join on the primary
@@ -92,12 +93,13 @@ due AS (
 ),
 cand AS (SELECT * FROM expired UNION ALL SELECT * FROM due LIMIT %(limit)s),
 gate AS (
-    UPDATE fleet.schedules s SET running_slot = c.scheduled_for
-    FROM (SELECT DISTINCT ON (c.schedule_name) c.schedule_name, c.scheduled_for
-          FROM cand c JOIN fleet.schedules s2 ON s2.name = c.schedule_name
-          WHERE c.overlap <> 'allow'
-          ORDER BY c.schedule_name, (c.scheduled_for = s2.running_slot) IS TRUE DESC, c.scheduled_for) c
-    WHERE s.name = c.schedule_name AND (s.running_slot IS NULL OR s.running_slot = c.scheduled_for)
+    INSERT INTO fleet.schedule_gates AS s (name, running_slot)
+    SELECT DISTINCT ON (c.schedule_name) c.schedule_name, c.scheduled_for
+    FROM cand c LEFT JOIN fleet.schedule_gates h ON h.name = c.schedule_name
+    WHERE c.overlap <> 'allow'
+    ORDER BY c.schedule_name, (c.scheduled_for = h.running_slot) IS TRUE DESC, c.scheduled_for
+    ON CONFLICT (name) DO UPDATE SET running_slot = excluded.running_slot
+    WHERE s.running_slot IS NULL OR s.running_slot = excluded.running_slot
     RETURNING s.name, s.running_slot
 ),
 claimed AS (
@@ -243,7 +245,7 @@ history AS (
     FROM fin f
 ),
 ungate AS (
-    UPDATE fleet.schedules s SET running_slot = NULL
+    UPDATE fleet.schedule_gates s SET running_slot = NULL
     FROM fin f
     WHERE f.status IN ('done', 'dead') AND f.overlap <> 'allow'
       AND s.name = f.schedule_name AND s.running_slot = f.scheduled_for

@@ -219,7 +219,7 @@ def test_a_freed_gate_wakes_workers_only_for_a_run_waiting_on_it(
         [k] = [x for x in (a, b) if x.schedule == "k"]
         [qa] = [x for x in (a, b) if x.schedule == "q"]
         assert fin(conn, [(k, DONE)], now=T0 + timedelta(seconds=1)) == {k.key}
-        assert scalar(conn, "SELECT count(*) FROM fleet.schedules WHERE running_slot IS NOT NULL") == 1
+        assert scalar(conn, "SELECT count(*) FROM fleet.schedule_gates WHERE running_slot IS NOT NULL") == 1
         assert woken(listener) == 0
         # The queue schedule's next slot is due while the first runs: its finish wakes the workers.
         add_run(conn, "q", T0 + timedelta(seconds=5), overlap="queue")

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg.conninfo import make_conninfo
 
+import fleet.migrate
 from fleet.db import connect
 from fleet.migrate import current_version, migrate, migrations
 
 EXPECTED_TABLES = {
     "schedules",
+    "schedule_gates",
     "job_runs",
     "job_attempts",
     "processes",
@@ -191,3 +195,38 @@ def test_deleting_runs_by_any_path_removes_their_attempts(conn: psycopg.Connecti
     assert (attempts("a"), attempts("b")) == (4, 6)
     conn.execute("DELETE FROM fleet.schedules WHERE name = 'a'")  # cascades to its runs
     assert (attempts("a"), attempts("b")) == (0, 6)
+
+
+def test_the_overlap_gate_moves_to_its_own_table_with_the_slot_it_holds(
+    server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 12: a gate held on the schedule's row (and the worker's rule on it) moves to
+    fleet.schedule_gates; a free gate needs no row; a gate goes with its schedule."""
+    every = migrations()
+    gate_move = next(m.version for m in every if m.name.endswith("schedule_gates"))
+    with _scratch_db(server_url, "fleet_mig_gates") as conn:
+        monkeypatch.setattr(fleet.migrate, "migrations", lambda: [m for m in every if m.version < gate_move])
+        monkeypatch.setattr(fleet.migrate, "roles_exist", lambda _conn: False)
+        migrate(conn)
+        conn.execute(
+            "INSERT INTO fleet.schedules (name, every, job, timing_hash, running_slot) VALUES"
+            " ('held', '1 hour', 'noop', 'x', '2026-01-01T10:00Z'), ('free', '1 hour', 'noop', 'x', NULL)"
+        )
+        # The rule the roles of earlier versions put on the column.
+        conn.execute(
+            "CREATE POLICY fleet_worker_gate ON fleet.schedules FOR UPDATE USING (true)"
+            " WITH CHECK (running_slot IS NULL)"
+        )
+        monkeypatch.undo()
+
+        assert migrate(conn) == [gate_move]
+
+        gates = conn.execute("SELECT name, running_slot FROM fleet.schedule_gates").fetchall()
+        assert gates == [{"name": "held", "running_slot": dt.datetime(2026, 1, 1, 10, tzinfo=dt.UTC)}]
+        columns = conn.execute(
+            "SELECT count(*) AS n FROM information_schema.columns"
+            " WHERE table_schema = 'fleet' AND table_name = 'schedules' AND column_name = 'running_slot'"
+        ).fetchone()
+        assert columns == {"n": 0}
+        conn.execute("DELETE FROM fleet.schedules WHERE name = 'held'")
+        assert conn.execute("SELECT count(*) AS n FROM fleet.schedule_gates").fetchone() == {"n": 0}

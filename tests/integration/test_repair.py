@@ -55,14 +55,14 @@ def test_retry_makes_a_dead_run_pending_keeps_history_and_frees_the_gate(
 ) -> None:
     hourly(conn)
     add_run(conn, "s", SLOT, "dead", overlap="skip", attempts=3, error="boom 3")
-    conn.execute("UPDATE fleet.schedules SET running_slot = %s", (SLOT,))  # a gate left on a dead slot
+    conn.execute("INSERT INTO fleet.schedule_gates VALUES ('s', %s)", (SLOT,))  # a gate left on a dead slot
     code, out, _ = fleetctl(capsys, db_url, "retry", "s", SLOT_ISO)
     assert code == 0 and "retried 1 run(s) of s: 2026-03-01T10:00:00Z" in out
     r = run(conn)
     assert (r["status"], r["attempts"], r["failures"], r["finished_at"]) == ("pending", 3, 0, None)
     assert r["run_after"] <= scalar(conn, "SELECT now()")
     assert scalar(conn, "SELECT count(*) FROM fleet.job_attempts") == 3
-    assert scalar(conn, "SELECT running_slot FROM fleet.schedules") is None
+    assert scalar(conn, "SELECT running_slot FROM fleet.schedule_gates") is None
     code, payload = fleetctl_json(capsys, db_url, "status", "s")
     assert payload[0]["dead_runs"] == 0
 
@@ -101,7 +101,7 @@ def test_discard_acknowledges_a_dead_run_and_health_turns_ok(
     now = scalar(conn, "SELECT now()")
     add_run(conn, "s", SLOT, "dead", overlap="skip", attempts=2, error="boom 2")
     add_run(conn, "s", now - timedelta(minutes=5), "done")  # a later success does not hide the dead run
-    conn.execute("UPDATE fleet.schedules SET running_slot = %s", (SLOT,))
+    conn.execute("INSERT INTO fleet.schedule_gates VALUES ('s', %s)", (SLOT,))
     code, payload = fleetctl_json(capsys, db_url, "status", "s")
     assert code == 1 and payload[0]["verdict"] == "DEAD" and payload[0]["dead_runs"] == 1
 
@@ -113,7 +113,7 @@ def test_discard_acknowledges_a_dead_run_and_health_turns_ok(
         "boom 2" in r["last_error"]
         and scalar(conn, "SELECT count(*) FROM fleet.job_attempts WHERE attempt <= 2") == 3
     )
-    assert scalar(conn, "SELECT running_slot FROM fleet.schedules") is None
+    assert scalar(conn, "SELECT running_slot FROM fleet.schedule_gates") is None
     code, payload = fleetctl_json(capsys, db_url, "status", "s")
     assert code == 0 and payload[0]["verdict"] == "OK" and payload[0]["dead_runs"] == 0
     code, payload = fleetctl_json(capsys, db_url, "runs", "s", "--status", "discarded")

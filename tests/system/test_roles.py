@@ -128,9 +128,13 @@ def test_each_role_does_its_work_and_nothing_more(
     # A worker cannot change a schedule's definition, nor hold its gate for a slot without an open run.
     worker = role_urls["worker"]
     assert "permission denied" in denied(worker, "UPDATE fleet.schedules SET job = 'evil'")
-    assert "row-level security" in denied(
-        worker, "UPDATE fleet.schedules SET running_slot = '2000-01-01T00:00Z' WHERE name = 'gated'"
-    )
+    for take in (
+        "INSERT INTO fleet.schedule_gates VALUES ('gated', '2000-01-01T00:00Z')",
+        "INSERT INTO fleet.schedule_gates VALUES ('gated', '2000-01-01T00:00Z')"
+        " ON CONFLICT (name) DO UPDATE SET running_slot = excluded.running_slot",
+    ):
+        assert "row-level security" in denied(worker, take)
+    assert "permission denied" in denied(worker, "DELETE FROM fleet.schedule_gates")
     assert "permission denied" in denied(
         worker, f"UPDATE fleet.job_runs SET args = '{{}}' WHERE scheduled_for = {slot}"
     )
