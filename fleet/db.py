@@ -1,4 +1,4 @@
-"""Database access: resolving the URL, connections and pools, all in autocommit mode.
+"""Database access: resolving the URL and connections, all in autocommit mode (pools: `fleet.pool`).
 
 Transactions are always opened visibly by the caller (`with conn.transaction():`).
 """
@@ -6,7 +6,6 @@ Transactions are always opened visibly by the caller (`with conn.transaction():`
 from __future__ import annotations
 
 import getpass
-import logging
 import re
 import threading
 import time
@@ -20,7 +19,6 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_dumps, set_json_loads
-from psycopg_pool import ConnectionPool, PoolTimeout
 
 from fleet import logs
 from fleet.errors import ConfigError, DatabaseUnavailable, PermissionDenied
@@ -77,27 +75,16 @@ def prepared_statements_broke(e: BaseException, **who: str) -> bool:
     return True
 
 
-def _drop_notify(_: psycopg.Notify) -> None:
+def drop_notify(_: psycopg.Notify) -> None:
     """The notification handler of every connection that does not LISTEN. Such a connection gets
     notifications only behind a transaction-pooling proxy (the server connection it is handed had
     another client's LISTEN); without a handler psycopg would keep each one, without bound."""
 
 
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    """A new pooled connection: it drops notifications, and prepares nothing once refused."""
-    conn.add_notify_handler(_drop_notify)
-    _unprepare(conn)
-
-
-def _unprepare(conn: psycopg.Connection[Any]) -> None:
+def unprepare_if_refused(conn: psycopg.Connection[Any]) -> None:
+    """Turn preparing off on `conn` once a proxy refused prepared statements in this process."""
     if _prepare_refused.is_set():
         conn.prepare_threshold = None
-
-
-def _check(conn: psycopg.Connection[Any]) -> None:
-    """The pool's check on borrow: the connection still answers, and prepares nothing once refused."""
-    _unprepare(conn)
-    ConnectionPool.check_connection(conn)
 
 
 def resolve_url(url: str | None, base_dir: Path | None = None) -> str:
@@ -244,7 +231,7 @@ def describe(e: BaseException) -> str:
     return first[:300]
 
 
-def _kwargs(url: str, application_name: str, prepare: bool = False) -> dict[str, Any]:
+def connect_kwargs(url: str, application_name: str, prepare: bool = False) -> dict[str, Any]:
     given = url_params(url)
     return {
         **{k: v for k, v in _NETWORK_DEFAULTS.items() if k not in given},
@@ -259,13 +246,13 @@ def connect(
 ) -> psycopg.Connection[dict[str, Any]]:
     """A new autocommit connection returning rows as dicts. Unless it is to `listen` (and read
     its notifications with `notifies()`), notifications that reach it are dropped."""
-    kwargs = _kwargs(url, application_name, prepare)
+    kwargs = connect_kwargs(url, application_name, prepare)
     try:
         conn = psycopg.connect(url, row_factory=dict_row, **kwargs)
     except psycopg.OperationalError as e:
         raise DatabaseUnavailable(connect_failure(e, url)) from e
     if not listen:
-        conn.add_notify_handler(_drop_notify)
+        conn.add_notify_handler(drop_notify)
     return conn
 
 
@@ -293,71 +280,3 @@ def connect_retrying(
             if stop.wait(delay):
                 raise
             delay = min(delay * 2, 5.0)
-
-
-class Pool(ConnectionPool[Any]):
-    """A ConnectionPool that remembers why its last connection attempt failed: the pool retries in
-    the background, and a borrower that times out is told only that it waited."""
-
-    last_failure: str | None = None
-
-
-def _recording(url: str, pool: list[Pool]) -> type[psycopg.Connection[Any]]:
-    """A connection class whose failed attempts to connect set `last_failure` of the pool in `pool`."""
-
-    class Recording(psycopg.Connection[Any]):
-        @classmethod
-        def connect(cls, conninfo: str = "", **kwargs: Any) -> Recording:
-            try:
-                conn = super().connect(conninfo, **kwargs)
-            except psycopg.Error as e:
-                for p in pool:
-                    p.last_failure = connect_failure(e, url)
-                raise
-            for p in pool:
-                p.last_failure = None
-            return conn
-
-    return Recording
-
-
-class _QuietPoolConnectErrors(logging.Filter):
-    """The pool's warning on every failed attempt to connect (psycopg's lines, several per second)
-    is dropped: fleet's processes report the failure themselves, once, in one line (`last_failure`)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("error connecting in ")
-
-
-logging.getLogger("psycopg.pool").addFilter(_QuietPoolConnectErrors())
-
-
-def make_pool(
-    url: str, application_name: str, min_size: int = 1, max_size: int = 4, prepare: bool = False
-) -> Pool:
-    """A bounded pool whose connections are checked on borrow (survives a server restart)."""
-    holder: list[Pool] = []
-    pool = Pool(
-        url,
-        min_size=min_size,
-        max_size=max_size,
-        kwargs={**_kwargs(url, application_name, prepare), "row_factory": dict_row},
-        connection_class=_recording(url, holder),
-        configure=_configure,
-        check=_check,
-        open=False,
-        name=application_name,
-        reconnect_timeout=3600,
-    )
-    holder.append(pool)
-    pool.open(wait=False)
-    return pool
-
-
-def unavailable(e: BaseException, pool: ConnectionPool[Any] | None) -> str:
-    """One line for a failure to get a connection: the pool's last connection failure (host:port and
-    the cause) rather than its timeout, else what `describe` says."""
-    if isinstance(e, PoolTimeout) and isinstance(pool, Pool):
-        # No failure yet: the first attempt is still waiting for an answer (or every connection is busy).
-        return pool.last_failure or f"{where(str(pool.conninfo))}: {str(e).strip()}"
-    return describe(e)

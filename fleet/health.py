@@ -33,6 +33,11 @@ UNHEALTHY: Final[frozenset[Verdict]] = frozenset({"DEAD", "NO-WORKER", "BACKLOG"
 LATE_AFTER_INTERVALS: Final = 2.0
 BACKLOG_AFTER_INTERVALS: Final = 1.0
 
+# The health roll-up (fleet.rollup) has merged the runs that finished before its mark less this
+# margin, and a read (fleet.inspect) adds those finished since then itself: a run's `finished_at` is
+# its transaction's start, and the transaction may commit up to this much later.
+ROLLUP_MARGIN_S: Final = 30.0
+
 
 @dataclass(frozen=True)
 class Health:

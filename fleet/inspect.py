@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, get_args
+from typing import TYPE_CHECKING, Any, Final, get_args
 
 import psycopg
 from psycopg.rows import tuple_row
@@ -17,9 +17,11 @@ from fleet import health
 from fleet.errors import RequestError, UnknownRun, UnknownSchedule
 from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
-from fleet.results import RUN_STATUSES, Attempt, Run, RunHistory, RunStatus, ScheduleHealth, utc
-from fleet.rollup import MARGIN_S
-from fleet.schedule import TimingError, latest_slot_at_or_before, next_slot, nominal_interval, timing_of
+
+# The typed records (fleet.results, a few dataclasses) are imported by the functions that make them:
+# `fleetctl status --json` writes the health read as dicts, and starts without them.
+if TYPE_CHECKING:
+    from fleet.results import Attempt, Run, RunHistory, RunStatus, ScheduleHealth
 
 DEFAULT_RUNS_LIMIT = 20
 
@@ -65,6 +67,8 @@ def run_get(conn: psycopg.Connection[Any], name: str, slot: datetime) -> dict[st
 def why_no_run(schedule: dict[str, Any], slot: datetime) -> str:
     """What to say about a slot without a run: that it is one of the schedule's slots, or the
     schedule's slots nearest to it before and after."""
+    from fleet.schedule import TimingError, latest_slot_at_or_before, next_slot, timing_of
+
     try:
         timing = timing_of(schedule)
         before = latest_slot_at_or_before(timing, slot)
@@ -97,6 +101,8 @@ def _cadence(timing: tuple[Any, ...], now: datetime, known: Cadences) -> float |
     whose cadence the database has not stored for now (the roll-up has not reached it yet), evaluated
     once per distinct timing in `known`."""
     if timing not in known:
+        from fleet.schedule import TimingError, nominal_interval, timing_of
+
         cron, timezone, start_at, dst_repeated, dst_missing = timing
         row = {
             "every": None,
@@ -129,7 +135,7 @@ def health_chunks(
         "names": list(names) if names else None,
         "every": not names,  # every schedule, else the named ones
         "stale_s": STALE_AFTER_S,
-        "margin_s": MARGIN_S,
+        "margin_s": health.ROLLUP_MARGIN_S,
     }
     problems_of, unhealthy, no_open = health.problems_of, health.UNHEALTHY, _NO_OPEN_RUNS
     known: Cadences = {}
@@ -225,6 +231,8 @@ def schedule_health(
 ) -> list[ScheduleHealth]:
     """Health of the named schedules (all when `names` is None or empty), by name; UnknownSchedule
     names the ones that do not exist. Its cost grows with the schedules, not with their history."""
+    from fleet.results import ScheduleHealth
+
     if names:
         schedules_require(conn, names)
     return [ScheduleHealth(*v.values()) for chunk in health_chunks(conn, names, now) for v in chunk]
@@ -240,6 +248,8 @@ def run_list(
     limit: int = DEFAULT_RUNS_LIMIT,
 ) -> list[Run]:
     """The schedule's runs, newest slot first, at most `limit`, only those with `status` if given."""
+    from fleet.results import RUN_STATUSES, Run, RunStatus
+
     if status is not None and status not in RUN_STATUSES:
         raise RequestError(f"status: must be one of {', '.join(get_args(RunStatus))}, got {status!r}")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -253,6 +263,8 @@ def run_list(
 
 
 def _attempt(a: dict[str, Any]) -> Attempt:
+    from fleet.results import Attempt, utc
+
     return Attempt(
         attempt=a["attempt"],
         worker_id=a["worker_id"],
@@ -270,6 +282,8 @@ def _attempt(a: dict[str, Any]) -> Attempt:
 
 def run_history(conn: psycopg.Connection[Any], schedule: str, slot: datetime) -> RunHistory:
     """The run at `slot` and every attempt of it, the one in flight included."""
+    from fleet.results import Attempt, Run, RunHistory, utc
+
     row = run_get(conn, schedule, slot)
     stored = {"name": schedule, "slot": row["scheduled_for"]}
     attempts = [_attempt(a) for a in conn.execute(q("attempt_list"), stored)]

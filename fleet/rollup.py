@@ -3,12 +3,12 @@ schedules' cadence windows, so that reading every schedule's health costs O(sche
 
 Each step merges the runs that finished since the chore's mark into the stats (newest wins), reading
 them through job_runs_finished. `finished_at` is the finishing transaction's now(), its start: a run
-whose transaction commits up to MARGIN_S later is still read by the next step, which reaches back
-that far. The first pass (mark NULL, e.g. a database upgraded with millions of runs) goes over the
-schedules by name, a batch per step, probing each one's newest runs through its primary key; its
-start becomes the mark. A read (fleet.inspect) adds the runs finished since the mark minus the
-margin itself, so it is exact without waiting for the roll-up, and probes every schedule itself
-until the first pass is over.
+whose transaction commits up to ROLLUP_MARGIN_S (in fleet.health) later is still read by the next
+step, which reaches back that far. The first pass (mark NULL, e.g. a database upgraded with millions
+of runs) goes over the schedules by name, a batch per step, probing each one's newest runs through
+its primary key; its start becomes the mark. A read (fleet.inspect) adds the runs finished since the
+mark minus the margin itself, so it is exact without waiting for the roll-up, and probes every
+schedule itself until the first pass is over.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from typing import Any, Final
 import psycopg
 
 from fleet.chores import Chore, Progress, Step
+from fleet.health import ROLLUP_MARGIN_S
 from fleet.queries import q
 from fleet.schedule import TimingError, cadence_run, timing_of
 
 CHORE: Final = "health_rollup"
 # How far a step (and a read) reaches back before the mark: a finishing transaction that commits
 # later than this after it started would be missed by the stats.
-MARGIN_S: Final = 30.0
 # Schedules probed per step of the first pass or of a re-probe; cron cadences computed per step.
 PROBE_BATCH: Final = 1000
 CADENCE_BATCH: Final = 5000
@@ -58,7 +58,7 @@ def rollup_step(conn: psycopg.Connection[Any], at: Progress) -> Step:
         else:
             mark, cursor = start, None
     else:
-        conn.execute(q("stats_merge"), {"since": at.mark - timedelta(seconds=MARGIN_S)})
+        conn.execute(q("stats_merge"), {"since": at.mark - timedelta(seconds=ROLLUP_MARGIN_S)})
         mark, cursor = at.now, None
         row = conn.execute(q("stats_probe"), {"dirty": True, "after": "", "limit": PROBE_BATCH}).fetchone()
         assert row is not None

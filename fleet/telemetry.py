@@ -16,11 +16,9 @@ do not fit the export queue are dropped before they are ever built.
 from __future__ import annotations
 
 import atexit
-import json
 import random
 import threading
 import time
-import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,7 +29,6 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
 from fleet import logs
-from fleet.jobs import slot_iso
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
@@ -45,7 +42,6 @@ DEFAULT_ENDPOINT = "http://localhost:4318"
 # export thread, and the batch is dropped.
 DEFAULT_EXPORT_TIMEOUT_S = 3.0
 FLUSH_TIMEOUT_S = 2.0  # the most a process's exit waits for its last spans
-DEFAULT_JAEGER_URL = "http://localhost:16686"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -298,28 +294,3 @@ class TickSpan:
 def tick_span() -> TickSpan:
     """`with tick_span() as span:` around one ticker batch: pass `span.ids` to it, then `span.done(...)`."""
     return TickSpan()
-
-
-# -- finding a slot in Jaeger ---------------------------------------------------------------------
-
-
-def jaeger_search_url(base_url: str, schedule: str, slot: datetime, *, service: str = "fleet-worker") -> str:
-    """A Jaeger UI search for every attempt of one slot (tags `fleet.schedule` and `fleet.slot`).
-
-    The time range runs from an hour before the slot to a week after it, so attempts of an old slot
-    are found too (the UI's default is the last hour).
-    """
-    if slot.tzinfo is None:
-        slot = slot.replace(tzinfo=UTC)
-    tags = json.dumps({"fleet.schedule": schedule, "fleet.slot": slot_iso(slot)}, separators=(",", ":"))
-    query = urllib.parse.urlencode(
-        {
-            "service": service,
-            "tags": tags,
-            "lookback": "custom",
-            "start": unix_ns(slot - timedelta(hours=1)) // 1000,
-            "end": unix_ns(slot + timedelta(days=7)) // 1000,
-            "limit": 100,
-        }
-    )
-    return f"{base_url.rstrip('/')}/search?{query}"

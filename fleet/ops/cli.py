@@ -9,7 +9,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import psycopg
 
@@ -24,16 +24,16 @@ from fleet.errors import (
     SchemaOutdated,
     UsageError,
 )
-from fleet.migrate import ROLES, migrate
 from fleet.ops.connection import db, require_schema
 from fleet.ops.printable import printable
-from fleet.schedfile import MAX_ARGS_BYTES
 
 Command = Callable[[argparse.Namespace], int]
 MAX_ARGS_LIMIT = 16 * 1024 * 1024  # what --max-args-bytes may raise the bound to
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from fleet.migrate import ROLES, migrate
+
     with db(args) as conn:
         applied = migrate(conn, roles=args.roles)
     print(f"migrated: applied {', '.join(map(str, applied))}" if applied else "migrated: schema up to date")
@@ -164,7 +164,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser(command: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, Command]]:
-    """fleetctl's parser and handlers; with `command`, only its own module's commands are added."""
+    """fleetctl's parser and handlers; with `command`, only `migrate` and the commands of its module
+    are added (`apply` is one of fleetctl's own, as is `migrate`)."""
     p = _Parser(prog="fleetctl", description="Operate a fleet: schema, schedules, health, repair.")
     p.add_argument("--version", action=_Version)
     p.add_argument(
@@ -181,6 +182,26 @@ def parser(command: str | None = None) -> tuple[argparse.ArgumentParser, dict[st
         help="also create the NOLOGIN roles fleet_ticker, fleet_worker, fleet_operator and fleet_reader "
         "and grant each the least it needs (safe to repeat)",
     )
+    commands: dict[str, Command] = {"migrate": cmd_migrate}
+    own = COMMAND_MODULE.get(command or "")
+    if not own:
+        commands["apply"] = add_apply(sub)
+    for name in (own,) if own else () if command in commands else COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            continue
+        commands.update(module.add_commands(sub))
+    return p, commands
+
+
+def add_apply(sub: Any) -> Command:
+    """Add the `apply` command. Its limit comes from the schedules file's reader, imported here: a
+    command line naming a command of the other modules starts without it."""
+    from fleet.schedfile import MAX_ARGS_BYTES
+
     ap = sub.add_parser(
         "apply",
         help="make the database's schedules match those declared in code and files (all or nothing)",
@@ -206,17 +227,7 @@ def parser(command: str | None = None) -> tuple[argparse.ArgumentParser, dict[st
     ap.add_argument(
         "--plan", action="store_true", help="print what would change, field by field; write nothing"
     )
-    commands: dict[str, Command] = {"migrate": cmd_migrate, "apply": cmd_apply}
-    own = COMMAND_MODULE.get(command or "")
-    for name in (own,) if own else () if command in commands else COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name != name:
-                raise
-            continue
-        commands.update(module.add_commands(sub))
-    return p, commands
+    return cmd_apply
 
 
 # The fleet role a command's login role needs (`fleetctl migrate --roles`); others need fleet_operator.

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from fleet.client import Client
 from fleet.db import connect, resolve_url, url_params
-from fleet.migrate import check_schema
+
+if TYPE_CHECKING:
+    from fleet.client import Client
 
 
 def database_url(args: argparse.Namespace) -> str:
@@ -29,6 +30,8 @@ def db(args: argparse.Namespace, role: str = "fleetctl") -> psycopg.Connection[A
 def client(args: argparse.Namespace) -> Client:
     """The fleet.Client of the database the command names: the commands that an application can
     also run through a Client get their data through it, so both take one code path."""
+    from fleet.client import Client  # the commands that read through a connection start without it
+
     return Client(database_url(args), application_name="fleetctl")
 
 
@@ -36,4 +39,6 @@ def require_schema(conn: psycopg.Connection[Any]) -> None:
     """Refuse (SchemaOutdated, exit 2) a database whose fleet schema is missing or older than this
     fleet's: only `fleetctl migrate` changes the schema, so the role that applies schedules needs no
     DDL rights."""
+    from fleet.migrate import check_schema
+
     check_schema(conn)

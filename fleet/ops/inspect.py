@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import psycopg
@@ -15,12 +15,14 @@ import psycopg
 from fleet import inspect
 from fleet.errors import UsageError
 from fleet.ops.connection import db
+from fleet.ops.jaeger import DEFAULT_JAEGER_URL, jaeger_search_url
 from fleet.ops.printable import printable, printable_lines
 from fleet.ops.targets import iso, parse_count, parse_instant, require_schedules, run_row
 from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
-from fleet.results import ScheduleHealth
-from fleet.telemetry import DEFAULT_JAEGER_URL, jaeger_search_url
+
+if TYPE_CHECKING:
+    from fleet.results import ScheduleHealth
 
 RUN_STATUSES = ("pending", "running", "done", "dead", "skipped", "discarded")
 SLOT_HELP = "the slot, ISO-8601 (e.g. 2026-11-02T10:00:00Z; no offset: UTC)"

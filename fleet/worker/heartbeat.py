@@ -11,7 +11,8 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from fleet import logs
-from fleet.db import prepared_statements_broke, unavailable
+from fleet.db import prepared_statements_broke
+from fleet.pool import unavailable
 from fleet.queries import q
 from fleet.registry import process_touch
 from fleet.settings import WorkerSettings

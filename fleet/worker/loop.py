@@ -14,10 +14,11 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from fleet import command_jobs, logs, telemetry
-from fleet.db import Pool, describe, make_pool, prepared_statements_broke, redact, resolve_url, unavailable
+from fleet.db import describe, prepared_statements_broke, redact, resolve_url
 from fleet.errors import SchemaOutdated
 from fleet.jobs import Handler, is_async
 from fleet.migrate import check_schema
+from fleet.pool import Pool, make_pool, unavailable
 from fleet.queries import q
 from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings

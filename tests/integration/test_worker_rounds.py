@@ -10,8 +10,8 @@ from typing import Any
 
 import psycopg
 
-from fleet.db import make_pool
 from fleet.jobs import JobContext
+from fleet.pool import make_pool
 from fleet.settings import worker_settings
 from fleet.worker.attempt import Attempt
 from fleet.worker.heartbeat import Heartbeat

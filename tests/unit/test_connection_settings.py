@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.db import _kwargs, url_params
+from fleet.db import connect_kwargs, url_params
 from fleet.errors import ConfigError
 from fleet.ops.cli import main as fleetctl
 from fleet.ticker.cli import main as ticker
@@ -46,13 +46,15 @@ def test_every_executable_exits_2_with_one_line_on_an_unreadable_url(
 
 
 def test_network_defaults_apply_unless_the_url_sets_them() -> None:
-    plain = _kwargs("postgresql://localhost/db", "fleet-worker w")
+    plain = connect_kwargs("postgresql://localhost/db", "fleet-worker w")
     assert plain["tcp_user_timeout"] == 10_000 and plain["keepalives_idle"] == 10
     assert plain["connect_timeout"] == 5 and plain["autocommit"] is True
-    own = _kwargs("postgresql://localhost/db?tcp_user_timeout=1500&connect_timeout=2", "fleet-worker w")
+    own = connect_kwargs(
+        "postgresql://localhost/db?tcp_user_timeout=1500&connect_timeout=2", "fleet-worker w"
+    )
     assert "tcp_user_timeout" not in own and "connect_timeout" not in own
     assert own["keepalives_idle"] == 10
-    assert "keepalives" not in _kwargs("host=localhost keepalives=0", "x")
+    assert "keepalives" not in connect_kwargs("host=localhost keepalives=0", "x")
 
 
 @pytest.mark.parametrize("command", RUN)

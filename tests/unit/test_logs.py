@@ -121,7 +121,7 @@ def test_text_format_for_people() -> None:
 def test_library_warnings_become_lines_and_their_info_does_not(out: io.BytesIO) -> None:
     import logging
 
-    import fleet.db  # noqa: F401 - its filter drops the pool's line per failed connection attempt
+    import fleet.pool  # noqa: F401 - its filter drops the pool's line per failed connection attempt
 
     pool = logging.getLogger("psycopg.pool")
     pool.info("connection returned")

@@ -1,13 +1,11 @@
-"""Tracing without processes: settings from OTEL_* variables, the Jaeger link, attempt spans in memory."""
+"""Tracing without processes: settings from OTEL_* variables, attempt spans in memory."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
-import urllib.parse
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -43,33 +41,6 @@ def attempt(n: int = 1, **fields: Any) -> Attempt:
     )
     values.update(fields)
     return Attempt(**values)
-
-
-# -- the Jaeger link ------------------------------------------------------------------------------
-
-
-def test_jaeger_search_url_finds_one_slot_by_its_tags() -> None:
-    url = telemetry.jaeger_search_url("http://jaeger.internal:16686/", "nightly-report", SLOT)
-    parts = urllib.parse.urlsplit(url)
-    assert (parts.scheme, parts.netloc, parts.path) == ("http", "jaeger.internal:16686", "/search")
-    q = dict(urllib.parse.parse_qsl(parts.query))
-    assert q["service"] == "fleet-worker"
-    assert json.loads(q["tags"]) == {"fleet.schedule": "nightly-report", "fleet.slot": "2026-11-02T01:00:00Z"}
-    # A custom time range around the slot (microseconds), not the UI's default of the last hour.
-    assert q["lookback"] == "custom"
-    assert int(q["start"]) == int((SLOT - timedelta(hours=1)).timestamp() * 1_000_000)
-    assert int(q["end"]) == int((SLOT + timedelta(days=7)).timestamp() * 1_000_000)
-
-
-def test_jaeger_search_url_uses_utc_and_the_given_service() -> None:
-    berlin = timezone(timedelta(hours=1))
-    url = telemetry.jaeger_search_url(
-        "http://localhost:16686", "a b&c", SLOT.astimezone(berlin), service="jobs"
-    )
-    q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
-    assert q["service"] == "jobs"
-    assert json.loads(q["tags"]) == {"fleet.schedule": "a b&c", "fleet.slot": "2026-11-02T01:00:00Z"}
-    assert url.startswith("http://localhost:16686/search?")
 
 
 # -- configuration from OTEL_* variables ----------------------------------------------------------

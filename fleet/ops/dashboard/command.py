@@ -8,9 +8,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from fleet.db import connect, make_pool, resolve_url
+from fleet.db import connect, resolve_url
 from fleet.errors import UsageError
 from fleet.ops.connection import require_schema
+from fleet.pool import make_pool
 from fleet.signals import on_stop_signal
 
 from .config import (

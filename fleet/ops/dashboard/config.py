@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from fleet.errors import UsageError
-from fleet.telemetry import DEFAULT_JAEGER_URL
+from fleet.ops.jaeger import DEFAULT_JAEGER_URL
 
 DEFAULT_LISTEN: Final = "127.0.0.1:8787"
 # Requests handled at once; more wait briefly for a free thread, then get 503.

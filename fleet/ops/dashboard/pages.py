@@ -18,12 +18,12 @@ from fleet import health, logs
 from fleet.errors import UsageError
 from fleet.inspect import run_history
 from fleet.ops.inspect import live_processes, schedule_health
+from fleet.ops.jaeger import jaeger_search_url
 from fleet.ops.targets import iso, parse_instant, schedule_row
 from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
 from fleet.repair import check_note, run_discard, run_retry, run_trigger, schedule_pause, schedule_resume
 from fleet.results import ScheduleHealth
-from fleet.telemetry import jaeger_search_url
 
 from .config import trace_link
 from .timeline import Timeline, layout, run_status
