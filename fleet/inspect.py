@@ -94,6 +94,34 @@ Cadences = dict[tuple[Any, ...], float | None]
 _NO_OPEN_RUNS: Final = (0, 0, 0, None, None, 0)
 # Schedules per chunk of a read: the database sends the next ones while the last are turned into health.
 HEALTH_CHUNK: Final = 2000
+# The fields of a schedule's health, in the order of fleet.results.ScheduleHealth's (a test checks
+# it): here so that a read of the health as rows or dicts starts without the typed records.
+HEALTH_FIELDS: Final = (
+    "name",
+    "verdict",
+    "healthy",
+    "problems",
+    "since_last_success_s",
+    "quiet_s",
+    "dead_runs",
+    "oldest_pending_age_s",
+    "next_run_at",
+    "last_outcome",
+    "last_run_at",
+    "last_success_at",
+    "last_error",
+    "interval_s",
+    "pending_runs",
+    "waiting_runs",
+    "running_runs",
+    "unserved_runs",
+    "job",
+    "job_served",
+    "paused",
+    "pause_note",
+    "paused_at",
+    "enabled",
+)
 
 
 def _cadence(timing: tuple[Any, ...], now: datetime, known: Cadences) -> float | None:
@@ -119,17 +147,38 @@ def _cadence(timing: tuple[Any, ...], now: datetime, known: Cadences) -> float |
     return known[timing]
 
 
+def health_rows(
+    conn: psycopg.Connection[Any],
+    names: Sequence[str] | None = None,
+    now: datetime | None = None,
+    size: int = HEALTH_CHUNK,
+) -> Iterator[list[tuple[Any, ...]]]:
+    """The health of the named schedules (all when `names` is None or empty), by name, in chunks of
+    up to `size`: per schedule a tuple of every ScheduleHealth field, in order (`HEALTH_FIELDS`;
+    instants as aware datetimes in UTC). The numbers come out of the database computed, and only the
+    verdict is made here, while the database sends the next chunk. Holds a transaction until
+    exhausted or closed. Unknown names are not checked (see `schedule_health`)."""
+    yield from _health_read(conn, names, now, size, as_dicts=False)
+
+
 def health_chunks(
     conn: psycopg.Connection[Any],
     names: Sequence[str] | None = None,
     now: datetime | None = None,
     size: int = HEALTH_CHUNK,
 ) -> Iterator[list[dict[str, Any]]]:
-    """The health of the named schedules (all when `names` is None or empty), by name, in chunks of
-    up to `size`: per schedule a dict of every ScheduleHealth field, in order (instants as aware
-    datetimes in UTC). The numbers come out of the database computed, and only the verdict is made
-    here, while the database sends the next chunk. Holds a transaction until exhausted or closed.
-    Unknown names are not checked (see `schedule_health`)."""
+    """`health_rows` with each schedule's health as a dict of its fields, in order: what
+    `fleetctl status --json` prints for it."""
+    yield from _health_read(conn, names, now, size, as_dicts=True)
+
+
+def _health_read(
+    conn: psycopg.Connection[Any],
+    names: Sequence[str] | None,
+    now: datetime | None,
+    size: int,
+    as_dicts: bool,
+) -> Iterator[list[Any]]:
     params: dict[str, Any] = {
         "now": now,
         "names": list(names) if names else None,
@@ -153,7 +202,7 @@ def health_chunks(
             open_runs: dict[str, tuple[Any, ...]] = {
                 r[0]: r[1:] for r in cur.execute(q("run_open_health"), params).fetchall()
             }
-            out: list[dict[str, Any]] = []
+            out: list[Any] = []
             for (
                 name,
                 job,
@@ -188,37 +237,74 @@ def health_chunks(
                     interval_s, quiet_s, dead_runs, oldest_pending_age_s, unserved, paused, enabled
                 )
                 verdict = found[0] if found else "OK"
-                out.append(
-                    {
-                        "name": name,
-                        "verdict": verdict,
-                        "healthy": verdict not in unhealthy,
-                        "problems": found,
-                        "since_last_success_s": None if since_s is None else round(since_s, 3),
-                        "quiet_s": round(quiet_s, 3),
-                        "dead_runs": dead_runs,
-                        "oldest_pending_age_s": oldest_pending_age_s,
-                        # the earliest slot created ahead of its time, else the one the ticker will
-                        # create next; a paused or disabled schedule keeps the slot it had planned but
-                        # creates none: resuming (or applying it again) plans its next slot from then
-                        "next_run_at": (ahead or next_run_at) if enabled and not paused else None,
-                        "last_outcome": last_outcome or last_status,
-                        "last_run_at": last_slot,
-                        "last_success_at": last_success_at,
-                        "last_error": last_error if last_status != "done" else None,
-                        "interval_s": interval_s,
-                        "pending_runs": due,
-                        "waiting_runs": waiting,
-                        "running_runs": running,
-                        "unserved_runs": unserved,
-                        "job": job,
-                        "job_served": job_served,
-                        "paused": paused,
-                        "pause_note": pause_note,
-                        "paused_at": paused_at,
-                        "enabled": enabled,
-                    }
-                )
+                healthy = verdict not in unhealthy
+                since_last_success_s = None if since_s is None else round(since_s, 3)
+                quiet_s = round(quiet_s, 3)
+                # the earliest slot created ahead of its time, else the one the ticker will create
+                # next; a paused or disabled schedule keeps the slot it had planned but creates none:
+                # resuming (or applying it again) plans its next slot from then
+                next_slot = (ahead or next_run_at) if enabled and not paused else None
+                outcome = last_outcome or last_status
+                error = last_error if last_status != "done" else None
+                # A dict written as such costs a third less than one made from the tuple.
+                if as_dicts:
+                    out.append(
+                        {
+                            "name": name,
+                            "verdict": verdict,
+                            "healthy": healthy,
+                            "problems": found,
+                            "since_last_success_s": since_last_success_s,
+                            "quiet_s": quiet_s,
+                            "dead_runs": dead_runs,
+                            "oldest_pending_age_s": oldest_pending_age_s,
+                            "next_run_at": next_slot,
+                            "last_outcome": outcome,
+                            "last_run_at": last_slot,
+                            "last_success_at": last_success_at,
+                            "last_error": error,
+                            "interval_s": interval_s,
+                            "pending_runs": due,
+                            "waiting_runs": waiting,
+                            "running_runs": running,
+                            "unserved_runs": unserved,
+                            "job": job,
+                            "job_served": job_served,
+                            "paused": paused,
+                            "pause_note": pause_note,
+                            "paused_at": paused_at,
+                            "enabled": enabled,
+                        }
+                    )
+                else:
+                    out.append(
+                        (
+                            name,
+                            verdict,
+                            healthy,
+                            found,
+                            since_last_success_s,
+                            quiet_s,
+                            dead_runs,
+                            oldest_pending_age_s,
+                            next_slot,
+                            outcome,
+                            last_slot,
+                            last_success_at,
+                            error,
+                            interval_s,
+                            due,
+                            waiting,
+                            running,
+                            unserved,
+                            job,
+                            job_served,
+                            paused,
+                            pause_note,
+                            paused_at,
+                            enabled,
+                        )
+                    )
                 if len(out) == size:
                     yield out
                     out = []
@@ -235,7 +321,7 @@ def schedule_health(
 
     if names:
         schedules_require(conn, names)
-    return [ScheduleHealth(*v.values()) for chunk in health_chunks(conn, names, now) for v in chunk]
+    return [ScheduleHealth(*v) for chunk in health_rows(conn, names, now) for v in chunk]
 
 
 # -- runs and attempts ---------------------------------------------------------------------------

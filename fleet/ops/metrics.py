@@ -27,7 +27,7 @@ import psycopg
 from fleet import logs
 from fleet.db import connect, redact, resolve_url
 from fleet.errors import DatabaseUnavailable, UsageError
-from fleet.inspect import health_chunks
+from fleet.inspect import HEALTH_FIELDS, health_rows
 from fleet.ops import health
 from fleet.ops.inspect import live_processes
 from fleet.ops.metrics_server import (
@@ -92,6 +92,12 @@ class Histogram:
         return out
 
 
+def _columns(rows: list[tuple[Any, ...]]) -> dict[str, tuple[Any, ...]]:
+    """The schedules' health by field (`HEALTH_FIELDS`): each field's values, in the rows' order."""
+    columns = zip(*rows, strict=True) if rows else [()] * len(HEALTH_FIELDS)
+    return dict(zip(HEALTH_FIELDS, columns, strict=True))
+
+
 class FleetCollector:
     """Everything `fleetctl metrics` exports, computed from the database on each `render`.
 
@@ -115,6 +121,10 @@ class FleetCollector:
         self._names: list[str] = []
         self._labels: list[str] = []
         self._written: dict[str, tuple[list[Any], bytes]] = {}
+        # Finished runs counted so far, and as of the last computation: the run counters' families
+        # are not read again while no run was counted.
+        self._counted = 0
+        self._counted_before = 0
 
     def _samples(self, family: str, values: list[Any], write: Callable[[], str]) -> bytes:
         """The samples of a per-schedule family of these values: as written last time when the
@@ -125,6 +135,16 @@ class FleetCollector:
         text = write().encode()
         self._written[family] = (values, text)
         return text
+
+    def _counter_samples(
+        self, family: str, values: Callable[[], list[int]], write: Callable[[list[int]], str]
+    ) -> bytes:
+        """`_samples` for a family of the run counters, whose values change only when runs are counted."""
+        last = self._written.get(family)
+        if last is not None and self._counted == self._counted_before:
+            return last[1]
+        got = values()
+        return self._samples(family, got, lambda: write(got))
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self.conn is None or self.conn.closed:
@@ -147,6 +167,7 @@ class FleetCollector:
         for r in conn.execute(q("run_finished_between"), {"since": self.since, "until": until}):
             name = r["schedule_name"]
             self.runs[(name, r["status"])] += 1
+            self._counted += 1
             for outcome in r["outcomes"]:
                 self.attempts[(name, outcome)] += 1
                 if outcome == "lease_expired":
@@ -163,7 +184,7 @@ class FleetCollector:
             started = time.monotonic()
             try:
                 conn = self._connection()
-                schedules = [h for chunk in health_chunks(conn) for h in chunk]
+                rows = [h for chunk in health_rows(conn) for h in chunk]
                 processes = live_processes(conn)
                 self._advance(conn)
             except (psycopg.Error, DatabaseUnavailable) as e:
@@ -173,7 +194,8 @@ class FleetCollector:
                 self.conn = None
                 return b"".join(_family("fleet_database_up", "gauge", _UP_HELP, "fleet_database_up 0.0\n"))
             out = [*_family("fleet_database_up", "gauge", _UP_HELP, "fleet_database_up 1.0\n")]
-            by_verdict = Counter(h["verdict"] for h in schedules)
+            schedules = _columns(rows)
+            by_verdict = Counter(schedules["verdict"])
             out.extend(
                 _family(
                     "fleet_schedules",
@@ -184,7 +206,7 @@ class FleetCollector:
                     ),
                 )
             )
-            names = [h["name"] for h in schedules]
+            names = list(schedules["name"])
             if names != self._names:
                 self._names, self._written = names, {}
                 self._labels = [f'{{schedule="{_label(n)}"}} ' for n in names]
@@ -213,13 +235,13 @@ class FleetCollector:
             )
             return b"".join(out)
 
-    def _health(self, schedules: list[dict[str, Any]], labels: list[str]) -> Iterator[bytes]:
+    def _health(self, schedules: dict[str, tuple[Any, ...]], labels: list[str]) -> Iterator[bytes]:
         def gauge(
             name: str, doc: str, key: str, kind: type = float, default: float | None = None
         ) -> tuple[bytes, bytes]:
             # The values are finite: a float's repr, an int's digits with ".0" (as a float's repr)
             # and a bool's 1.0 or 0.0 are the text format's numbers, written without a call each.
-            values = [h[key] for h in schedules]
+            values = list(schedules[key])
             if default is not None:
                 values = [default if v is None else v for v in values]
 
@@ -247,7 +269,7 @@ class FleetCollector:
                 )
             return "".join(lines)
 
-        current_verdicts = [h["verdict"] for h in schedules]
+        current_verdicts = list(schedules["verdict"])
         yield from _family(
             "fleet_schedule_verdict",
             "gauge",
@@ -296,7 +318,7 @@ class FleetCollector:
             bool,
         )
         name = "fleet_schedule_next_run_timestamp_seconds"
-        next_runs = [h["next_run_at"] for h in schedules]
+        next_runs = list(schedules["next_run_at"])
 
         def next_run_lines() -> str:
             pairs = zip(labels, next_runs, strict=True)
@@ -309,19 +331,21 @@ class FleetCollector:
     def _counters(self, names: list[str], labels: list[str]) -> Iterator[bytes]:
         name = "fleet_runs_finished_total"
         runs = self.runs
-        finished = [runs[(n, status)] for n in names for status in FINISHED_STATUSES]
 
-        def finished_lines() -> str:
+        def finished() -> list[int]:
+            return [runs[(n, status)] for n in names for status in FINISHED_STATUSES]
+
+        def finished_lines(counts: list[int]) -> str:
             stems = [
                 f'{name}{label[:-2]},status="{status}"}} ' for label in labels for status in FINISHED_STATUSES
             ]
-            return "".join([f"{stem}{count}.0\n" for stem, count in zip(stems, finished, strict=True)])
+            return "".join([f"{stem}{count}.0\n" for stem, count in zip(stems, counts, strict=True)])
 
         yield from _family(
             name,
             "counter",
             "runs that finished since this exporter started, by status",
-            self._samples(name, finished, finished_lines),
+            self._counter_samples(name, finished, finished_lines),
         )
         name = "fleet_attempts_total"
         yield from _family(
@@ -333,18 +357,21 @@ class FleetCollector:
                 for (n, outcome), count in sorted(self.attempts.items())
             ),
         )
-        reclaims = [self.reclaims[n] for n in names]
 
-        def reclaim_lines() -> str:
-            pairs = zip(labels, reclaims, strict=True)
+        def reclaims() -> list[int]:
+            return [self.reclaims[n] for n in names]
+
+        def reclaim_lines(counts: list[int]) -> str:
+            pairs = zip(labels, counts, strict=True)
             return "".join([f"fleet_reclaims_total{label}{count}.0\n" for label, count in pairs])
 
         yield from _family(
             "fleet_reclaims_total",
             "counter",
             "attempts whose lease ran out and whose run another worker took over",
-            self._samples("fleet_reclaims_total", reclaims, reclaim_lines),
+            self._counter_samples("fleet_reclaims_total", reclaims, reclaim_lines),
         )
+        self._counted_before = self._counted
         for metric, doc, hists in (
             (
                 "fleet_claim_latency_seconds",

@@ -223,6 +223,10 @@ def test_a_read_in_chunks_is_the_read_at_once(conn: psycopg.Connection[Any]) -> 
     assert [len(c) for c in chunks] == [2, 2, 1]
     assert all(tuple(v) == HEALTH_FIELDS for c in chunks for v in c)  # every field, in order
     assert [ScheduleHealth(*v.values()).to_json() for c in chunks for v in c] == whole
+    # the same read as tuples, field by field in the order of the dicts' keys and the record's fields
+    assert inspect.HEALTH_FIELDS == HEALTH_FIELDS
+    rows = [v for c in inspect.health_rows(conn, now=now, size=2) for v in c]
+    assert [dict(zip(HEALTH_FIELDS, v, strict=True)) for v in rows] == [v for c in chunks for v in c]
     assert [h["interval_s"] in (24 * 3600, 72 * 3600) for h in whole] == [True, False, True, False, True]
     assert [h["interval_s"] for h in whole][1::2] == [3600, 3600]
     named = list(inspect.health_chunks(conn, ["s3", "s1"], now=now, size=2))

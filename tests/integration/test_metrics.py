@@ -168,3 +168,12 @@ def test_a_family_is_written_again_when_its_values_or_the_schedules_change(
     assert value(both, "fleet_schedule_paused", schedule="a") == 1  # apply does not resume
     assert value(both, "fleet_schedule_paused", schedule="b") == 0
     assert value(both, "fleet_runs_finished_total", schedule="b", status="done") == 0
+    # the run counters are read again only when runs were counted, and keep their counts between
+    add_run(conn, "b", SLOT, "done", finished="now() + interval '1 second'")
+    wait_for(
+        lambda: scalar(conn, "SELECT now() > finished_at FROM fleet.job_runs"), timeout=5, what="the run"
+    )
+    for _ in range(2):
+        counted = samples(collector.render().decode())
+        assert value(counted, "fleet_runs_finished_total", schedule="b", status="done") == 1
+        assert value(counted, "fleet_runs_finished_total", schedule="a", status="done") == 0
