@@ -24,8 +24,6 @@ from fleet.queries import q
 from fleet.schedule import TimingError, cadence_run, timing_of
 
 CHORE: Final = "health_rollup"
-# How far a step (and a read) reaches back before the mark: a finishing transaction that commits
-# later than this after it started would be missed by the stats.
 # Schedules probed per step of the first pass or of a re-probe; cron cadences computed per step.
 PROBE_BATCH: Final = 1000
 CADENCE_BATCH: Final = 5000
