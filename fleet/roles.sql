@@ -53,24 +53,29 @@ GRANT UPDATE (dirty) ON fleet.schedule_stats TO fleet_operator;
 GRANT DELETE ON fleet.processes TO fleet_operator;
 
 -- Row-level rules where a column grant cannot say enough. The owner (and a superuser) bypasses them,
--- so a fleet run as the owner pays nothing for them.
-ALTER TABLE fleet.schedules ENABLE ROW LEVEL SECURITY;
-ALTER TABLE fleet.job_runs ENABLE ROW LEVEL SECURITY;
+-- so a fleet run as the owner pays nothing for them. On each table that has rules, every role reads
+-- every row and an operator may change any; the rules below add what the ticker and the worker may.
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['schedules', 'schedule_gates', 'job_runs'] LOOP
+        EXECUTE format('ALTER TABLE fleet.%I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE format('DROP POLICY IF EXISTS fleet_read ON fleet.%I', t);
+        EXECUTE format('CREATE POLICY fleet_read ON fleet.%I FOR SELECT USING (true)', t);
+        EXECUTE format('DROP POLICY IF EXISTS fleet_operator_all ON fleet.%I', t);
+        EXECUTE format(
+            'CREATE POLICY fleet_operator_all ON fleet.%I TO fleet_operator USING (true) WITH CHECK (true)', t
+        );
+    END LOOP;
+END
+$$;
 
-DROP POLICY IF EXISTS fleet_read ON fleet.schedules;
-CREATE POLICY fleet_read ON fleet.schedules FOR SELECT USING (true);
-DROP POLICY IF EXISTS fleet_operator_all ON fleet.schedules;
-CREATE POLICY fleet_operator_all ON fleet.schedules TO fleet_operator USING (true) WITH CHECK (true);
 DROP POLICY IF EXISTS fleet_ticker_advance ON fleet.schedules;
 CREATE POLICY fleet_ticker_advance ON fleet.schedules FOR UPDATE TO fleet_ticker USING (true) WITH CHECK (true);
 -- A worker holds a schedule's gate only for an open run of that schedule (the claim sets it for
 -- the run it claims, the finish clears it): a gate set to a slot without a run would block every
 -- later run of a skip or queue schedule.
-ALTER TABLE fleet.schedule_gates ENABLE ROW LEVEL SECURITY;
-DROP POLICY IF EXISTS fleet_read ON fleet.schedule_gates;
-CREATE POLICY fleet_read ON fleet.schedule_gates FOR SELECT USING (true);
-DROP POLICY IF EXISTS fleet_operator_all ON fleet.schedule_gates;
-CREATE POLICY fleet_operator_all ON fleet.schedule_gates TO fleet_operator USING (true) WITH CHECK (true);
 DROP POLICY IF EXISTS fleet_worker_gate ON fleet.schedule_gates;
 CREATE POLICY fleet_worker_gate ON fleet.schedule_gates TO fleet_worker USING (true)
     WITH CHECK (running_slot IS NULL OR EXISTS (
@@ -78,10 +83,6 @@ CREATE POLICY fleet_worker_gate ON fleet.schedule_gates TO fleet_worker USING (t
         WHERE r.schedule_name = schedule_gates.name AND r.scheduled_for = schedule_gates.running_slot
           AND r.status IN ('pending', 'running')));
 
-DROP POLICY IF EXISTS fleet_read ON fleet.job_runs;
-CREATE POLICY fleet_read ON fleet.job_runs FOR SELECT USING (true);
-DROP POLICY IF EXISTS fleet_operator_all ON fleet.job_runs;
-CREATE POLICY fleet_operator_all ON fleet.job_runs TO fleet_operator USING (true) WITH CHECK (true);
 DROP POLICY IF EXISTS fleet_worker_update ON fleet.job_runs;
 CREATE POLICY fleet_worker_update ON fleet.job_runs FOR UPDATE TO fleet_worker USING (true) WITH CHECK (true);
 -- A ticker creates runs of a schedule with the schedule's own job, args and overlap, pending (or
