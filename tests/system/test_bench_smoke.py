@@ -70,6 +70,18 @@ def test_rounds_prints_the_cost_of_both_rounds(server_url: str) -> None:
         assert len(cells) == 5 and all(c > 0 for c in cells[:3]), (name, done.stdout)
 
 
+def test_gate_cost_prints_the_cost_per_run_of_both_policies(server_url: str) -> None:
+    argv = [sys.executable, "-m", "loadtest.bench.gate_cost", "--schedules", "300", "--repeat", "1"]
+    argv += ["--database-url", server_url]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for overlap in ("skip", "allow"):
+        (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith(f"overlap {overlap}")] or [
+            done.stdout
+        ]
+        assert float(line.split()[2]) > 0, done.stdout
+
+
 def test_ticker_materialisation_creates_one_slot_per_due_schedule(
     db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
