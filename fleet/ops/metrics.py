@@ -17,7 +17,7 @@ import ssl
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -64,6 +64,8 @@ LATENCY_BUCKETS: Final = (
 )
 LAG_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 FINISHED_STATUSES: Final = ("done", "dead", "skipped")
+# Schedules per piece of a per-schedule family, which is written again only when its values change.
+SAMPLE_CHUNK: Final = 2000
 _STATEMENT_TIMEOUT_MS: Final = 10_000
 _UP_HELP: Final = "1 when this scrape could read the database"
 
@@ -92,9 +94,13 @@ class Histogram:
         return out
 
 
-def _columns(rows: list[tuple[Any, ...]]) -> dict[str, tuple[Any, ...]]:
-    """The schedules' health by field (`HEALTH_FIELDS`): each field's values, in the rows' order."""
-    columns = zip(*rows, strict=True) if rows else [()] * len(HEALTH_FIELDS)
+def _columns(chunks: Iterable[list[tuple[Any, ...]]]) -> dict[str, list[Any]]:
+    """The schedules' health by field (`HEALTH_FIELDS`): each field's values, in the rows' order,
+    turned into columns a chunk at a time as the read yields them."""
+    columns: list[list[Any]] = [[] for _ in HEALTH_FIELDS]
+    for chunk in chunks:
+        for column, values in zip(columns, zip(*chunk, strict=True), strict=True):
+            column.extend(values)
     return dict(zip(HEALTH_FIELDS, columns, strict=True))
 
 
@@ -104,8 +110,9 @@ class FleetCollector:
     The text is written here rather than through prometheus_client's objects: at 100,000 schedules
     the exposition holds about two million series, which those objects took 18 s to build."""
 
-    def __init__(self, url: str, settle_s: float = SETTLE_S) -> None:
+    def __init__(self, url: str, settle_s: float = SETTLE_S, chunk: int = SAMPLE_CHUNK) -> None:
         self.url = url
+        self.chunk = chunk  # schedules per piece of a per-schedule family
         self.settle = timedelta(seconds=settle_s)
         self.lock = threading.Lock()
         self.conn: psycopg.Connection[Any] | None = None
@@ -116,35 +123,43 @@ class FleetCollector:
         self.claim_latency: dict[str, Histogram] = {}
         self.start_lag: dict[str, Histogram] = {}
         # The schedules of the previous render, their labels, and each per-schedule family's values
-        # and samples then: a family whose values did not change is not written again (most do
-        # not between two scrapes, and at 100,000 schedules each holds 100,000 lines or more).
+        # and samples then, in pieces of `chunk` schedules: a piece whose values did not
+        # change is not written again (at 100,000 schedules a family holds 100,000 lines or more,
+        # and between two scrapes most pieces of most families stay the same).
         self._names: list[str] = []
         self._labels: list[str] = []
-        self._written: dict[str, tuple[list[Any], bytes]] = {}
+        self._written: dict[str, list[tuple[list[Any], bytes]]] = {}
+        # the float families' line templates, by family and first schedule of their piece
+        self._templates: dict[tuple[str, int], tuple[list[bool], str]] = {}
         # Finished runs counted so far, and as of the last computation: the run counters' families
         # are not read again while no run was counted.
         self._counted = 0
         self._counted_before = 0
 
-    def _samples(self, family: str, values: list[Any], write: Callable[[], str]) -> bytes:
-        """The samples of a per-schedule family of these values: as written last time when the
-        values are the same, else written by `write`."""
-        last = self._written.get(family)
-        if last is not None and last[0] == values:
-            return last[1]
-        text = write().encode()
-        self._written[family] = (values, text)
-        return text
+    def _samples(self, family: str, values: list[Any], write: Callable[[int, int], str]) -> list[bytes]:
+        """The samples of a per-schedule family of these values (one per schedule, in the labels'
+        order), in pieces of `chunk` schedules: a piece whose values are the same as last
+        time is the text written then, else `write(lo, hi)` writes the schedules lo to hi."""
+        last = self._written.get(family, [])
+        pieces: list[tuple[list[Any], bytes]] = []
+        for i, lo in enumerate(range(0, len(values), self.chunk)):
+            part = values[lo : lo + self.chunk]
+            if i < len(last) and last[i][0] == part:
+                pieces.append(last[i])
+            else:
+                pieces.append((part, write(lo, lo + len(part)).encode()))
+        self._written[family] = pieces
+        return [text for _, text in pieces]
 
     def _counter_samples(
-        self, family: str, values: Callable[[], list[int]], write: Callable[[list[int]], str]
-    ) -> bytes:
+        self, family: str, values: Callable[[], list[Any]], write: Callable[[list[Any], int, int], str]
+    ) -> list[bytes]:
         """`_samples` for a family of the run counters, whose values change only when runs are counted."""
         last = self._written.get(family)
         if last is not None and self._counted == self._counted_before:
-            return last[1]
+            return [text for _, text in last]
         got = values()
-        return self._samples(family, got, lambda: write(got))
+        return self._samples(family, got, lambda lo, hi: write(got, lo, hi))
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self.conn is None or self.conn.closed:
@@ -180,11 +195,16 @@ class FleetCollector:
 
     def render(self) -> bytes:
         """The exposition, in the Prometheus text format (0.0.4)."""
+        return b"".join(self.parts())
+
+    def parts(self) -> list[bytes]:
+        """`render`'s text in parts, as `Exposition` serves it: the families whose samples did not
+        change are the bytes written for them before, not copies."""
         with self.lock:
             started = time.monotonic()
             try:
                 conn = self._connection()
-                rows = [h for chunk in health_rows(conn) for h in chunk]
+                schedules = _columns(health_rows(conn))
                 processes = live_processes(conn)
                 self._advance(conn)
             except (psycopg.Error, DatabaseUnavailable) as e:
@@ -192,9 +212,8 @@ class FleetCollector:
                 if self.conn is not None:
                     self.conn.close()
                 self.conn = None
-                return b"".join(_family("fleet_database_up", "gauge", _UP_HELP, "fleet_database_up 0.0\n"))
+                return [*_family("fleet_database_up", "gauge", _UP_HELP, "fleet_database_up 0.0\n")]
             out = [*_family("fleet_database_up", "gauge", _UP_HELP, "fleet_database_up 1.0\n")]
-            schedules = _columns(rows)
             by_verdict = Counter(schedules["verdict"])
             out.extend(
                 _family(
@@ -206,9 +225,9 @@ class FleetCollector:
                     ),
                 )
             )
-            names = list(schedules["name"])
+            names = schedules["name"]
             if names != self._names:
-                self._names, self._written = names, {}
+                self._names, self._written, self._templates = names, {}, {}
                 self._labels = [f'{{schedule="{_label(n)}"}} ' for n in names]
             labels = self._labels
             out.extend(self._health(schedules, labels))
@@ -233,25 +252,34 @@ class FleetCollector:
                     f"fleet_scrape_duration_seconds {_num(took)}\n",
                 )
             )
-            return b"".join(out)
+            return out
 
-    def _health(self, schedules: dict[str, tuple[Any, ...]], labels: list[str]) -> Iterator[bytes]:
+    def _health(self, schedules: dict[str, list[Any]], labels: list[str]) -> Iterator[bytes]:
         def gauge(
             name: str, doc: str, key: str, kind: type = float, default: float | None = None
-        ) -> tuple[bytes, bytes]:
+        ) -> list[bytes]:
             # The values are finite: a float's repr, an int's digits with ".0" (as a float's repr)
             # and a bool's 1.0 or 0.0 are the text format's numbers, written without a call each.
-            values = list(schedules[key])
+            values = schedules[key]
             if default is not None:
                 values = [default if v is None else v for v in values]
 
-            def write() -> str:
-                pairs = zip(labels, values, strict=True)
+            def write(lo: int, hi: int) -> str:
+                pairs = zip(labels[lo:hi], values[lo:hi], strict=True)
                 if kind is bool:
                     return "".join([f"{name}{label}{_ONE if v else _ZERO}\n" for label, v in pairs])
                 if kind is int:
                     return "".join([f"{name}{label}{v}.0\n" for label, v in pairs if v is not None])
-                return "".join([f"{name}{label}{float(v)!r}\n" for label, v in pairs if v is not None])
+                # the durations change at every computation: a piece's lines are one template,
+                # filled by one %-format, made again only when which schedules have a value changes
+                present = [v is not None for v in values[lo:hi]]
+                known = self._templates.get((name, lo))
+                if known is None or known[0] != present:
+                    stems = [f"{name}{label}" for label, p in zip(labels[lo:hi], present, strict=True) if p]
+                    # no "%" to escape: schedule names cannot hold one (the schema checks them)
+                    template = "".join([f"{stem}%r\n" for stem in stems])
+                    known = self._templates[(name, lo)] = (present, template)
+                return known[1] % tuple([float(v) for v in values[lo:hi] if v is not None])
 
             return _family(name, "gauge", doc, self._samples(name, values, write))
 
@@ -259,17 +287,17 @@ class FleetCollector:
             "fleet_schedule_healthy", "1 when the verdict is OK, PAUSED or DISABLED", "healthy", bool
         )
 
-        def verdicts() -> str:
+        def verdicts(lo: int, hi: int) -> str:
             # one line per schedule and verdict: the schedule's label with each verdict added
             lines: list[str] = []
-            for label, current in zip(labels, current_verdicts, strict=True):
+            for label, current in zip(labels[lo:hi], current_verdicts[lo:hi], strict=True):
                 stem = "fleet_schedule_verdict" + label[:-2]
                 lines.extend(
                     f'{stem},verdict="{v}"}} {_ONE if v == current else _ZERO}\n' for v in health.SEVERITY
                 )
             return "".join(lines)
 
-        current_verdicts = list(schedules["verdict"])
+        current_verdicts = schedules["verdict"]
         yield from _family(
             "fleet_schedule_verdict",
             "gauge",
@@ -318,10 +346,10 @@ class FleetCollector:
             bool,
         )
         name = "fleet_schedule_next_run_timestamp_seconds"
-        next_runs = list(schedules["next_run_at"])
+        next_runs = schedules["next_run_at"]
 
-        def next_run_lines() -> str:
-            pairs = zip(labels, next_runs, strict=True)
+        def next_run_lines(lo: int, hi: int) -> str:
+            pairs = zip(labels[lo:hi], next_runs[lo:hi], strict=True)
             return "".join([f"{name}{label}{at.timestamp()!r}\n" for label, at in pairs if at is not None])
 
         yield from _family(
@@ -332,14 +360,17 @@ class FleetCollector:
         name = "fleet_runs_finished_total"
         runs = self.runs
 
-        def finished() -> list[int]:
-            return [runs[(n, status)] for n in names for status in FINISHED_STATUSES]
+        def finished() -> list[tuple[int, ...]]:
+            return [tuple([runs[(n, status)] for status in FINISHED_STATUSES]) for n in names]
 
-        def finished_lines(counts: list[int]) -> str:
-            stems = [
-                f'{name}{label[:-2]},status="{status}"}} ' for label in labels for status in FINISHED_STATUSES
-            ]
-            return "".join([f"{stem}{count}.0\n" for stem, count in zip(stems, counts, strict=True)])
+        def finished_lines(counts: list[tuple[int, ...]], lo: int, hi: int) -> str:
+            return "".join(
+                [
+                    f'{name}{label[:-2]},status="{status}"}} {count}.0\n'
+                    for label, each in zip(labels[lo:hi], counts[lo:hi], strict=True)
+                    for status, count in zip(FINISHED_STATUSES, each, strict=True)
+                ]
+            )
 
         yield from _family(
             name,
@@ -361,8 +392,8 @@ class FleetCollector:
         def reclaims() -> list[int]:
             return [self.reclaims[n] for n in names]
 
-        def reclaim_lines(counts: list[int]) -> str:
-            pairs = zip(labels, counts, strict=True)
+        def reclaim_lines(counts: list[int], lo: int, hi: int) -> str:
+            pairs = zip(labels[lo:hi], counts[lo:hi], strict=True)
             return "".join([f"fleet_reclaims_total{label}{count}.0\n" for label, count in pairs])
 
         yield from _family(
@@ -417,12 +448,12 @@ def _label(value: str) -> str:
     return value
 
 
-def _family(name: str, kind: str, doc: str, samples: str | bytes) -> tuple[bytes, bytes]:
-    """One metric family: its HELP and TYPE lines, and its samples (kept apart: a family of many
-    samples is copied once, into the whole text)."""
+def _family(name: str, kind: str, doc: str, samples: str | list[bytes]) -> list[bytes]:
+    """One metric family: its HELP and TYPE lines, and its samples (kept apart, as the pieces they
+    were written in: a family of many samples is sent as it is kept, never copied)."""
     help_text = doc.replace("\\", "\\\\").replace("\n", "\\n")
     head = f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n".encode()
-    return head, samples if isinstance(samples, bytes) else samples.encode()
+    return [head, samples.encode()] if isinstance(samples, str) else [head, *samples]
 
 
 def _timestamp(at: datetime | None) -> float | None:
@@ -461,7 +492,7 @@ def serve(
     max_connections: int = MAX_CONNECTIONS,
 ) -> int:
     """Serve /metrics on host:port until `stop` is set, reading the database once per `interval_s`."""
-    exposition = Exposition(FleetCollector(url, settle_s).render, interval_s)
+    exposition = Exposition(FleetCollector(url, settle_s).parts, interval_s)
     try:
         server = MetricsServer((host, port), exposition, access, tls, max_connections)
     except OSError as e:

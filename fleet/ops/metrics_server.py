@@ -16,7 +16,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -34,17 +34,21 @@ CONTENT_TYPE_LATEST = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Exposition:
-    """The latest scrape text, recomputed by `refresh_forever` every `interval_s`."""
+    """The latest scrape text, recomputed by `refresh_forever` every `interval_s`.
 
-    def __init__(self, render: Callable[[], bytes], interval_s: float) -> None:
+    `render` gives the text in parts, sent one after the other: they are never joined, so a family
+    whose samples did not change is the collector's own bytes, not a copy of them (at 100,000
+    schedules the text is over 100 MB)."""
+
+    def __init__(self, render: Callable[[], Sequence[bytes]], interval_s: float) -> None:
         self.render = render
         self.interval_s = interval_s
         self._ready = threading.Condition()
-        self._body: bytes | None = None
+        self._body: tuple[bytes, ...] | None = None
         self.computed = 0  # how many times the database was read (tests and logs)
 
     def refresh(self) -> None:
-        body = self.render()
+        body = tuple(self.render())
         with self._ready:
             self._body = body
             self.computed += 1
@@ -59,8 +63,8 @@ class Exposition:
                 logs.event("metrics_refresh_failed", error=str(e).strip()[:300])
             stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
-    def latest(self, timeout: float) -> bytes | None:
-        """The latest text; waits up to `timeout` for the first one."""
+    def latest(self, timeout: float) -> tuple[bytes, ...] | None:
+        """The latest text's parts; waits up to `timeout` for the first one."""
         with self._ready:
             self._ready.wait_for(lambda: self._body is not None, timeout)
             return self._body
@@ -113,15 +117,22 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send(200, body, [("Content-Type", CONTENT_TYPE_LATEST)])
 
-    def _send(self, code: int, body: bytes, headers: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
+    def _send(
+        self,
+        code: int,
+        body: bytes | Sequence[bytes],
+        headers: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        parts = (body,) if isinstance(body, bytes) else body
         self.send_response(code)
         for name, value in headers:
             self.send_header(name, value)
         if not any(name == "Content-Type" for name, _ in headers):
             self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(sum(map(len, parts))))
         self.end_headers()
-        self.wfile.write(body)
+        for part in parts:
+            self.wfile.write(part)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass  # scrapes are not events

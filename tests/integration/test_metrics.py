@@ -177,3 +177,41 @@ def test_a_family_is_written_again_when_its_values_or_the_schedules_change(
         counted = samples(collector.render().decode())
         assert value(counted, "fleet_runs_finished_total", schedule="b", status="done") == 1
         assert value(counted, "fleet_runs_finished_total", schedule="a", status="done") == 0
+
+
+def _health_families(scrape: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[Any, float]:
+    """The per-schedule health samples, their durations (which move with the clock) by label only."""
+    return {
+        k: (0.0 if k[0].endswith("_seconds") and "timestamp" not in k[0] else v)
+        for k, v in scrape.items()
+        if k[0].startswith("fleet_schedule_")
+    }
+
+
+def test_a_family_is_written_again_piece_by_piece(db_url: str, conn: psycopg.Connection[Any]) -> None:
+    # pieces of two schedules: a change rewrites the piece it falls in, and the text is the same as
+    # a fresh collector's, with any piece size
+    names = ["a", "b.1", "c@x", "d", "e"]
+    apply_text(conn, "".join(f'[[schedule]]\nname = "{n}"\nevery = "1h"\njob = "noop"\n' for n in names))
+    add_run(conn, "a", SLOT, finished="now() - interval '5 minutes'")
+    collector = FleetCollector(db_url, settle_s=0, chunk=2)
+    first = samples(collector.render().decode())
+    assert ("fleet_schedule_since_last_success_seconds", (("schedule", "a"),)) in first
+    assert ("fleet_schedule_since_last_success_seconds", (("schedule", "d"),)) not in first
+    assert value(first, "fleet_schedule_quiet_seconds", schedule="c@x") >= 0
+    conn.execute("UPDATE fleet.schedules SET paused_at = now() WHERE name = 'b.1'")
+    add_run(conn, "d", SLOT, finished="now() - interval '1 minute'")
+    add_run(conn, "e", SLOT, "dead", error="boom")
+    changed = samples(collector.render().decode())
+    assert value(changed, "fleet_schedule_paused", schedule="b.1") == 1
+    assert value(changed, "fleet_schedule_paused", schedule="a") == 0
+    assert value(changed, "fleet_schedule_since_last_success_seconds", schedule="d") >= 60
+    assert value(changed, "fleet_schedule_dead_runs", schedule="e") == 1
+    assert value(changed, "fleet_schedule_verdict", schedule="e", verdict="DEAD") == 1
+    for chunk in (1, 2, 1000):
+        fresh = samples(FleetCollector(db_url, settle_s=0, chunk=chunk).render().decode())
+        assert _health_families(fresh) == _health_families(changed)
+    # the durations are the newest: a success moves the schedule's own, not its piece's neighbour's
+    assert value(changed, "fleet_schedule_since_last_success_seconds", schedule="a") == pytest.approx(
+        value(first, "fleet_schedule_since_last_success_seconds", schedule="a"), abs=30
+    )

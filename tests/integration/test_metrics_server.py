@@ -36,7 +36,7 @@ def serving(
     interval_s: float = 60.0,
 ) -> Iterator[tuple[str, Exposition]]:
     collector = FleetCollector(db_url, settle_s=0)
-    exposition = Exposition(collector.render, interval_s)
+    exposition = Exposition(collector.parts, interval_s)
     stop = threading.Event()
     refresher = threading.Thread(target=exposition.refresh_forever, args=(stop,), daemon=True)
     refresher.start()
