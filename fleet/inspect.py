@@ -229,17 +229,10 @@ def _health_read(
                 running, due, waiting, oldest_due_s, ahead, unserved = open_runs.get(name, no_open)
                 if interval_s is None and cron is not None:
                     interval_s = _cadence((cron, timezone, start_at, dst_repeated, dst_missing), at, known)
-                if quiet_s < 0.0:
-                    quiet_s = 0.0
                 paused = paused_at is not None
-                oldest_pending_age_s = None if oldest_due_s is None else round(oldest_due_s, 3)
-                found = problems_of(
-                    interval_s, quiet_s, dead_runs, oldest_pending_age_s, unserved, paused, enabled
-                )
+                found = problems_of(interval_s, quiet_s, dead_runs, oldest_due_s, unserved, paused, enabled)
                 verdict = found[0] if found else "OK"
                 healthy = verdict not in unhealthy
-                since_last_success_s = None if since_s is None else round(since_s, 3)
-                quiet_s = round(quiet_s, 3)
                 # the earliest slot created ahead of its time, else the one the ticker will create
                 # next; a paused or disabled schedule keeps the slot it had planned but creates none:
                 # resuming (or applying it again) plans its next slot from then
@@ -254,10 +247,10 @@ def _health_read(
                             "verdict": verdict,
                             "healthy": healthy,
                             "problems": found,
-                            "since_last_success_s": since_last_success_s,
+                            "since_last_success_s": since_s,
                             "quiet_s": quiet_s,
                             "dead_runs": dead_runs,
-                            "oldest_pending_age_s": oldest_pending_age_s,
+                            "oldest_pending_age_s": oldest_due_s,
                             "next_run_at": next_slot,
                             "last_outcome": outcome,
                             "last_run_at": last_slot,
@@ -283,10 +276,10 @@ def _health_read(
                             verdict,
                             healthy,
                             found,
-                            since_last_success_s,
+                            since_s,
                             quiet_s,
                             dead_runs,
-                            oldest_pending_age_s,
+                            oldest_due_s,
                             next_slot,
                             outcome,
                             last_slot,

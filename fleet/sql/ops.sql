@@ -65,9 +65,11 @@ SELECT s.name, s.job, s.job = ANY(%(served)s::text[]) AS job_served, s.enabled, 
        CASE WHEN iv.interval_s IS NULL THEN s.dst_missing END AS dst_missing,
        x.success_at AS last_success_at,
        -- quiet since the last success, or since the schedule was created, changed, resumed or
-       -- first due, whichever is latest
-       date_part('epoch', t.now - greatest(s.updated_at, x.success_at, s.start_at)) AS quiet_s,
-       date_part('epoch', t.now - x.success_at) AS since_last_success_s,
+       -- first due, whichever is latest; durations in seconds to the millisecond, rounded here
+       -- (Python's round() cost more than the rest of a schedule's verdict)
+       greatest(0, round(date_part('epoch', t.now - greatest(s.updated_at, x.success_at, s.start_at)) * 1000)
+                   / 1000) AS quiet_s,
+       round(date_part('epoch', t.now - x.success_at) * 1000) / 1000 AS since_last_success_s,
        CASE WHEN p.name IS NOT NULL THEN p.scheduled_for WHEN x.newer THEN fl.scheduled_for ELSE st.last_slot END
            AS last_slot,
        (CASE WHEN p.name IS NOT NULL THEN p.status WHEN x.newer THEN fl.status ELSE st.last_status END)::text
@@ -131,8 +133,8 @@ SELECT r.schedule_name,
        count(*) FILTER (WHERE r.status = 'running')::int AS running,
        count(*) FILTER (WHERE r.status = 'pending' AND r.run_after <= t.now)::int AS due,
        count(*) FILTER (WHERE r.status = 'pending' AND r.run_after > t.now)::int AS waiting,
-       date_part('epoch', t.now - min(r.run_after) FILTER (WHERE r.status = 'pending' AND r.run_after <= t.now))
-           AS oldest_due_s,
+       round(date_part('epoch', t.now - min(r.run_after) FILTER (WHERE r.status = 'pending' AND r.run_after <= t.now))
+             * 1000) / 1000 AS oldest_due_s,
        min(r.scheduled_for) FILTER (WHERE r.status = 'pending' AND r.run_after > t.now
                                       AND r.scheduled_for > t.now AND r.origin = 'schedule') AS ahead,
        -- open runs no live worker can take: due and pending, or running under a lease that ran out
