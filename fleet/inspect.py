@@ -6,7 +6,7 @@ The functions take an open connection and raise fleet's own errors for an unknow
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, get_args
 
@@ -152,7 +152,7 @@ def health_rows(
     names: Sequence[str] | None = None,
     now: datetime | None = None,
     size: int = HEALTH_CHUNK,
-) -> Iterator[list[tuple[Any, ...]]]:
+) -> Generator[list[tuple[Any, ...]], None, None]:
     """The health of the named schedules (all when `names` is None or empty), by name, in chunks of
     up to `size`: per schedule a tuple of every ScheduleHealth field, in order (`HEALTH_FIELDS`;
     instants as aware datetimes in UTC). The numbers come out of the database computed, and only the
@@ -166,7 +166,7 @@ def health_chunks(
     names: Sequence[str] | None = None,
     now: datetime | None = None,
     size: int = HEALTH_CHUNK,
-) -> Iterator[list[dict[str, Any]]]:
+) -> Generator[list[dict[str, Any]], None, None]:
     """`health_rows` with each schedule's health as a dict of its fields, in order: what
     `fleetctl status --json` prints for it."""
     yield from _health_read(conn, names, now, size, as_dicts=True)
@@ -178,7 +178,7 @@ def _health_read(
     now: datetime | None,
     size: int,
     as_dicts: bool,
-) -> Iterator[list[Any]]:
+) -> Generator[list[Any], None, None]:
     params: dict[str, Any] = {
         "now": now,
         "names": list(names) if names else None,

@@ -14,6 +14,7 @@ from fleet.db import url_params
 from fleet.errors import ConfigError
 from fleet.schedfile import MAX_RETENTION, MIN_RETENTION
 from fleet.schedule import TimingError, parse_duration
+from fleet.usage import Parser
 
 DEFAULT_LEASE_S = 60.0
 DEFAULT_POLL_S = 5.0
@@ -203,7 +204,7 @@ def _shared(a: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, Any]
 
 
 def ticker_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fleet-ticker", description="Turn due schedule slots into run rows.")
+    p = Parser(prog="fleet-ticker", description="Turn due schedule slots into run rows.")
     add_database_flags(p)
     p.add_argument("--until-idle", action="store_true", help="tick until nothing is due, then exit")
     p.add_argument(
@@ -348,9 +349,7 @@ def _retention_setting(value: str | None, environ: Mapping[str, str]) -> timedel
 
 
 def worker_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="fleet-worker", description="Claim due runs under a lease and run their jobs."
-    )
+    p = Parser(prog="fleet-worker", description="Claim due runs under a lease and run their jobs.")
     add_database_flags(p)
     p.add_argument(
         "--app",

@@ -26,6 +26,7 @@ from fleet.errors import (
 )
 from fleet.ops.connection import db, require_schema
 from fleet.ops.printable import printable
+from fleet.usage import Parser
 
 Command = Callable[[argparse.Namespace], int]
 MAX_ARGS_LIMIT = 16 * 1024 * 1024  # what --max-args-bytes may raise the bound to
@@ -155,18 +156,10 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-class _Parser(argparse.ArgumentParser):
-    """Refuses a bad command line in one line naming the argument (exit 2), like every other bad
-    input; `--help` has the usage. Subcommands' parsers are of this class too."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see --help)\n")
-
-
 def parser(command: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     """fleetctl's parser and handlers; with `command`, only `migrate` and the commands of its module
     are added (`apply` is one of fleetctl's own, as is `migrate`)."""
-    p = _Parser(prog="fleetctl", description="Operate a fleet: schema, schedules, health, repair.")
+    p = Parser(prog="fleetctl", description="Operate a fleet: schema, schedules, health, repair.")
     p.add_argument("--version", action=_Version)
     p.add_argument(
         "--database-url",
@@ -255,6 +248,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         done = "; nothing was changed" if command.split()[-1] in ALL_OR_NOTHING else ""
         print(f"{command}: interrupted{done}", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The output's reader went away (`fleetctl status --json | head -1`): stop as a program
+        # that SIGPIPE ended, with no traceback, nor another error when the rest is flushed at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def run(handler: Command, args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -137,7 +138,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         with db(args) as conn:
             if args.schedules:
                 inspect.schedules_require(conn, args.schedules)
-            return 0 if write_json_chunks(inspect.health_chunks(conn, args.schedules or None)) else 1
+            # closed when the writing stops early (a reader that went away): the read's stream is
+            # cancelled then, before the connection's rollback, which would wait for it for ever
+            with contextlib.closing(inspect.health_chunks(conn, args.schedules or None)) as chunks:
+                return 0 if write_json_chunks(chunks) else 1
     with db(args) as conn:
         found = schedule_health(conn, args.schedules or None)
     if not found:

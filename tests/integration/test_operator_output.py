@@ -3,6 +3,7 @@ errors whole and escaped, and a slot's history that fits a terminal."""
 
 from __future__ import annotations
 
+import subprocess
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,7 +11,7 @@ import psycopg
 import pytest
 
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json, snapshot
-from tests.support import apply_text
+from tests.support import apply_text, env_for, fleetctl_cmd
 
 Cap = pytest.CaptureFixture[str]
 SLOT = datetime(2026, 3, 1, 10, tzinfo=UTC)
@@ -267,3 +268,26 @@ def test_the_live_view_reads_verdicts_paused_schedules_and_the_runs_this_hosts_w
     cells = {c[0]: c for c in (live.schedule_cells(r) for r in snap.schedules)}
     assert cells["b"][1:4] == ["DEAD+PAUSED", cells["b"][2], "paused"] and cells["a"][3] != "paused"
     assert snap.runs_here == 3  # not the other host's worker with the same pid
+
+
+def test_status_json_stops_at_once_when_its_reader_goes_away(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    # `fleetctl status --json | head -1` over more schedules than the socket buffers hold: the server
+    # is still sending rows when the pipe breaks; the command ends as SIGPIPE would end it, quiet
+    apply_text(
+        conn, "".join(f'[[schedule]]\nname = "s{i:05d}"\nevery = "1h"\njob = "noop"\n' for i in range(30_000))
+    )
+    with subprocess.Popen(
+        fleetctl_cmd("status", "--json"), env=env_for(db_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as p:
+        assert p.stdout is not None and p.stderr is not None
+        assert p.stdout.read(2) == b"[\n"
+        p.stdout.close()
+        try:
+            code = p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise
+        assert code == 141
+        assert p.stderr.read() == b""

@@ -4,6 +4,7 @@ flag, before anything starts; durations are finite and at most a week."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -103,3 +104,24 @@ def test_the_ticker_lookahead_is_a_bounded_duration_that_may_be_zero() -> None:
             ticker_settings(["--lookahead", bad], {})
     with pytest.raises(ConfigError, match="--lookahead: invalid value 'soon'"):
         ticker_settings([], {"FLEET_LOOKAHEAD": "soon"})
+
+
+@pytest.mark.parametrize(
+    ("settings", "flags", "line"),
+    [
+        (worker_settings, [*APP, "--bogus"], "fleet-worker: unrecognized arguments: --bogus (see --help)\n"),
+        (
+            worker_settings,
+            [*APP, "--lease", "abc"],
+            "fleet-worker: argument --lease: invalid float value: 'abc' (see --help)\n",
+        ),
+        (ticker_settings, ["--leader", "x"], "fleet-ticker: unrecognized arguments: x (see --help)\n"),
+    ],
+)
+def test_a_bad_command_line_is_refused_in_one_line(
+    settings: Any, flags: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        settings(flags, {})
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == line
