@@ -93,6 +93,23 @@ def test_problems_name_the_field(entry: str, field: str) -> None:
     assert any(f": {field}:" in p for p in e.value.problems), e.value.problems
 
 
+@pytest.mark.parametrize(
+    ("other", "field"),
+    [('timeout = "5x"', "timeout"), ('ovarlap = "skip"', "ovarlap"), ("retry = 3", "retry")],
+)
+def test_a_bad_cron_is_reported_beside_the_other_fields_problems(other: str, field: str) -> None:
+    with pytest.raises(ScheduleFileError) as e:
+        load(f'[[schedule]]\nname = "c"\ncron = "61 * * * *"\njob = "j"\n{other}\n')
+    assert sorted(p.split(": ")[1] for p in e.value.problems) == sorted([field, "cron"])
+
+
+def test_a_timing_is_not_checked_whole_while_one_of_its_fields_is_bad() -> None:
+    # a bad time zone is the one problem named, not also a cron "error" that follows from it
+    with pytest.raises(ScheduleFileError) as e:
+        load('[[schedule]]\nname = "c"\ncron = "0 2 * * *"\ntimezone = "Mars/Base"\njob = "j"\n')
+    assert [p.split(": ")[1] for p in e.value.problems] == ["timezone"]
+
+
 def test_a_repeated_name_is_reported_even_when_the_repeat_has_other_problems() -> None:
     with pytest.raises(ScheduleFileError) as e:
         load(
