@@ -56,7 +56,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         # Most likely a module that declares them was not imported; with --prune, applying nothing
         # from code would disable them all.
         raise UsageError(
-            "--app: the modules declared no schedule "
+            f"--app {', '.join(args.app)}: declared no schedule "
             "(fleet.Schedule, fleet.Cron, fleet.Every or @fleet.job(..., schedule=...))"
         )
     files = [Path(f) for f in args.files]

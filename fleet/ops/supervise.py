@@ -86,9 +86,9 @@ def add_commands(sub: Any) -> dict[str, Command]:
         help="run a fleet here: database, schema, schedules, a ticker and workers, and a live view",
         description="Run a whole fleet in this directory until Ctrl-C (or `fleetctl down`): the database "
         "(FLEET_DATABASE_URL, or the embedded PostgreSQL in .fleet/pgdata, which the other fleet commands "
-        "started here use while `up` runs), the schema, the schedules (the examples when none are "
-        "given and the database has none), supervisord with a ticker and N workers, a live view and the "
-        "web dashboard (`fleetctl dashboard`).",
+        "started here use while `up` runs), the schema, the schedules (those the --app modules declare "
+        "and --schedules FILE; the examples when there are none and the database has none), "
+        "supervisord with a ticker and N workers, a live view and the web dashboard (`fleetctl dashboard`).",
     )
     u.add_argument("--workers", metavar="N", type=int, default=2, help="workers to start (2)")
     u.add_argument(
@@ -108,7 +108,8 @@ def add_commands(sub: Any) -> dict[str, Command]:
     u.add_argument(
         "--schedules",
         metavar="FILE",
-        help="schedules file to apply (default: the examples, if the database has none)",
+        help="schedules file to apply, beside the schedules the --app modules declare "
+        "(default: the examples, if there are none and the database has none)",
     )
     u.add_argument("--grace", metavar="S", type=float, help=GRACE_HELP)
     u.add_argument(
@@ -224,7 +225,12 @@ def cmd_scale(args: argparse.Namespace) -> int:
         sv = Supervisor(serverurl_from_config(args.config))
         slots = len(sv.workers())
         if args.n > slots:
-            raise UsageError(f"N: this fleet has {slots} worker slots; render it with a larger --max-workers")
+            how = (
+                "restart `fleetctl up` with a larger --max-workers"
+                if args.config == UP_CONFIG
+                else "write its configuration again with `fleetctl supervisor-config --max-workers` larger"
+            )
+            raise UsageError(f"N: this fleet has {slots} worker slots; {how}")
         print(
             f"scaling to {args.n} worker{'' if args.n == 1 else 's'} (stopping workers finish or hand back "
             "their runs first)",

@@ -31,6 +31,7 @@ from fleet.apply import apply_specs
 from fleet.apps import import_apps
 from fleet.command_jobs import load_command_jobs
 from fleet.db import connect, redact, url_params
+from fleet.declare import declared, gather
 from fleet.embedded import (
     EMBEDDED_DIR,
     FLEET_DIR,
@@ -44,7 +45,7 @@ from fleet.embedded import (
     write_up_state,
 )
 from fleet.envfile import render_env
-from fleet.errors import ConfigError, ScheduleFileError, UsageError
+from fleet.errors import ConfigError, UsageError
 from fleet.jobs import registered
 from fleet.migrate import migrate
 from fleet.ops import live
@@ -157,6 +158,7 @@ class Up:
         self.force = False
         self.started_db = False
         self.embedded = False
+        self.sources: list[str] = []  # where the schedules to apply come from
         self.sv_proc: subprocess.Popen[bytes] | None = None
         self.sv: Supervisor | None = None
         self.known: list[ProcInfo] = []
@@ -195,10 +197,10 @@ class Up:
 
     def _run(self) -> int:
         args = self.args
-        specs = self._read_schedules()
         apps = list(args.app) or ([] if args.jobs else [DEMO_APP])
         jobs_file = str(Path(args.jobs).absolute()) if args.jobs else None
         served = self._load_jobs(apps, jobs_file)
+        specs = self._gather_schedules()
         self._clean_up_after_an_earlier_up()
         url = self._database()
         if self.stop.is_set():
@@ -218,15 +220,13 @@ class Up:
 
     # -- before supervisord --------------------------------------------------------------------
 
-    def _read_schedules(self) -> list[ScheduleSpec] | None:
-        if not self.args.schedules:
-            return None
-        path = Path(self.args.schedules)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise ScheduleFileError([f"file: cannot read {path}: {e.strerror}"]) from None
-        return load(text)
+    def _gather_schedules(self) -> list[ScheduleSpec] | None:
+        """The schedules of --schedules and those the --app modules declare in code (imported by
+        now), checked as `fleetctl apply` checks them; None when there are neither."""
+        files = [Path(self.args.schedules)] if self.args.schedules else []
+        in_code = declared() if self.args.app else []
+        self.sources = [str(f) for f in files] + [f"--app {m}" for m in self.args.app if in_code]
+        return gather(files, in_code) if files or in_code else None
 
     def _load_jobs(self, apps: list[str], jobs_file: str | None) -> set[str]:
         """Import the app modules as a worker will (failing here beats workers failing under supervisord)."""
@@ -275,7 +275,7 @@ class Up:
             text = resources.files("fleet").joinpath("examples/schedules.toml").read_text(encoding="utf-8")
             specs, source = load(text), "the example schedules (fleet/examples/schedules.toml)"
         else:
-            source = self.args.schedules
+            source = " and ".join(self.sources)
         r = apply_specs(conn, specs, prune=False)
         changed = len(r.created) + len(r.updated) + len(r.replanned)
         self._say(

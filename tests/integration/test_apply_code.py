@@ -194,8 +194,9 @@ def test_a_module_that_fails_to_import_is_one_line_and_exit_2(
 def test_no_source_is_a_usage_error(capsys: pytest.CaptureFixture[str], db_url: str, app: App) -> None:
     code, _, err = fleetctl(capsys, db_url, "apply")
     assert code == 2 and err == "fleetctl apply: give a schedules FILE or --app MODULE (or both)\n"
-    code, _, err = fleetctl(capsys, db_url, "apply", "--app", app("import fleet\n"), "--prune")
-    assert code == 2 and err.startswith("fleetctl apply: --app: the modules declared no schedule (")
+    module = app("import fleet\n")
+    code, _, err = fleetctl(capsys, db_url, "apply", "--app", module, "--prune")
+    assert code == 2 and err.startswith(f"fleetctl apply: --app {module}: declared no schedule (")
 
 
 def test_plan_prints_field_by_field_and_writes_nothing(
@@ -310,3 +311,31 @@ def test_status_names_the_job_of_no_worker(
     assert code == 1
     (row,) = [line for line in out.splitlines() if line.startswith("nc ")]
     assert "NO-WORKER (job nc.tik)" in row
+
+
+@pytest.mark.parametrize("with_file", [False, True])
+def test_up_applies_the_schedules_its_app_modules_declare_not_the_examples(
+    capsys: pytest.CaptureFixture[str],
+    conn: psycopg.Connection[Any],
+    app: App,
+    tmp_path: Path,
+    with_file: bool,
+) -> None:
+    # `fleetctl up --app MODULE [--schedules FILE]`: what `apply --app MODULE [FILE]` would apply
+    import argparse
+
+    from fleet.ops.up import Up
+
+    module = app(APP)
+    (tmp_path / "more.toml").write_text(FILE)
+    args = argparse.Namespace(app=[module], jobs=None, schedules="more.toml" if with_file else None)
+    up = Up(args, tmp_path, tmp_path / ".fleet")
+    up._load_jobs([module], None)
+    up._apply(conn, up._gather_schedules())
+    expected = {"reports.nightly", "tick", "cleanup"} | ({"from-file"} if with_file else set())
+    assert set(rows(conn)) == expected
+    source = f"more.toml and --app {module}" if with_file else f"--app {module}"
+    assert (
+        f"fleetctl up: applied {source}: {len(expected)} created, 0 changed, 0 unchanged"
+        in capsys.readouterr().out
+    )

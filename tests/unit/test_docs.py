@@ -176,3 +176,19 @@ def test_a_rerun_replaces_the_sections_it_measured_and_the_page_says_so() -> Non
     assert "| herd x | 8.00 |" in text and "13.0" not in text
     with pytest.raises(bench_docs.BenchFileError):
         bench_docs.merge(first, {"figures": []})
+
+
+def test_the_tutorials_sample_output_lists_every_migration() -> None:
+    # `fleetctl migrate` and `fleetctl up` print the migrations they applied: on a new database, all
+    from fleet.migrate import migrations
+
+    every = ", ".join(str(m.version) for m in migrations())
+    shown = {
+        "first-application.md": re.findall(
+            r"^migrated: applied ([\d, ]+)$", (DOCS / "tutorial/first-application.md").read_text(), re.M
+        ),
+        "first-fleet.md": re.findall(
+            r"schema migrated \(([\d, ]+)\)$", (DOCS / "tutorial/first-fleet.md").read_text(), re.M
+        ),
+    }
+    assert shown == {"first-application.md": [every], "first-fleet.md": [every]}
