@@ -3,6 +3,7 @@ and a warning for each schedule whose job no live worker serves."""
 
 from __future__ import annotations
 
+import difflib
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -86,8 +87,14 @@ def warn_unserved(conn: psycopg.Connection[Any], specs: Sequence[ScheduleSpec]) 
         )
         return
     unserved = [s for s in specs if s.job not in jobs]
+    known = sorted(jobs)
     for s in unserved[:SCREENFUL]:
-        _warn(f"schedule {s.name!r}: job {s.job!r} is registered on no live worker; its runs wait for one")
+        # a job name one typo away from a registered one is most likely that one, misspelled
+        near = difflib.get_close_matches(s.job, known, n=1, cutoff=0.8)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        _warn(
+            f"schedule {s.name!r}: job {s.job!r} is registered on no live worker{hint}; its runs wait for one"
+        )
     if len(unserved) > SCREENFUL:
         _warn(f"{_more(len(unserved) - SCREENFUL)} schedule(s) whose job is registered on no live worker")
 

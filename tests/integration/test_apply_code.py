@@ -289,6 +289,14 @@ def test_a_job_no_live_worker_serves_is_named(
         "fleetctl apply: warning: schedule 'orphan': job 'nc.tik' is registered on no live worker; "
         "its runs wait for one"
     ]
+    # a registered job one typo away is named
+    process_register(conn, "w3", "worker", ["nc.tick"])
+    code, _, err = fleetctl(capsys, db_url, "apply", str(f))
+    assert err.splitlines() == [
+        "fleetctl apply: warning: schedule 'orphan': job 'nc.tik' is registered on no live worker "
+        "(did you mean 'nc.tick'?); its runs wait for one"
+    ]
+    conn.execute("DELETE FROM fleet.processes WHERE id = 'w3'")
     process_register(conn, "w2", "worker", ["nc.tik"])
     conn.execute("UPDATE fleet.processes SET seen_at = now() - interval '2 minutes' WHERE id = 'w2'")  # gone
     assert fleetctl(capsys, db_url, "apply", str(f))[2].count("warning") == 1
