@@ -157,7 +157,12 @@ def gather(
         try:
             found.extend((str(path), spec) for spec in load(text, max_args_bytes))
         except ScheduleFileError as e:
-            problems.extend(f"{path}: {p}" if several else p for p in e.problems)
+            for p in e.problems:
+                if several:
+                    p = f"{path}: {p}"
+                elif p.startswith("file: "):  # a problem of the whole file names it, even alone
+                    p = f"file {path}: {p.removeprefix('file: ')}"
+                problems.append(p)
     for schedule in schedules:
         spec, errs = schedule.check(max_args_bytes)
         problems.extend(errs)

@@ -72,7 +72,7 @@ BAD_CASES = {
         '[[schedule]]\nname = "x"\nevery = "2m"\njob = "noop"\n',
         ["'x'", "declared twice"],
     ),
-    "unparsable TOML": ('[[schedule]\nname = "x"', ["not valid TOML"]),
+    "unparsable TOML": ('[[schedule]\nname = "x"', ["bad.toml: not valid TOML"]),
     "unknown field": (
         '[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\nretires = 3\n',
         ["'x'", "retires"],
