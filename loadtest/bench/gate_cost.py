@@ -8,21 +8,17 @@ read from /proc/<backend pid>/schedstat (so the server must run on this machine)
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from fleet.apply import apply_specs
 from fleet.db import connect
-from fleet.embedded import embedded_url
 from fleet.schedfile import load
 from loadtest.bench.herd import herd_toml
-from loadtest.bench.procs import ROOT
 from loadtest.bench.report import median
 from loadtest.bench.rounds import backend_cpu_ns, fleet_round
-from loadtest.bench.server import Server, checkpoint, serves_locally
+from loadtest.bench.server import checkpoint, cpu_tool_parser, local_database
 
 POLICIES = ("skip", "allow")
 BATCH = 100
@@ -59,20 +55,12 @@ def trial(url: str, overlap: str) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m loadtest.bench.gate_cost", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument(
-        "--database-url", help="a server on this machine (default: FLEET_DATABASE_URL, else embedded)"
-    )
+    p = cpu_tool_parser("gate_cost", __doc__)
     p.add_argument("--schedules", type=int, default=20_000, help="schedules, one due run each (20000)")
     p.add_argument("--repeat", type=int, default=3, help="trials per policy, median reported (3)")
     a = p.parse_args(argv)
-    server = Server(a.database_url or os.environ.get("FLEET_DATABASE_URL") or embedded_url(ROOT))
-    try:
-        url = server.database("gate")
-        if not serves_locally(url):
-            print("gate_cost: the server's processes are not visible here (/proc): run it on this machine")
+    with local_database(a.database_url, "gate", "gate_cost") as url:
+        if url is None:
             return 2
         with connect(url, "fleet-bench gate") as conn:
             apply_specs(conn, load(herd_toml(a.schedules, SLOT)), prune=False)
@@ -86,8 +74,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         for overlap in POLICIES:
             trials = " / ".join(f"{t:.1f}" for t in got[overlap])
             print(f"overlap {overlap:6}{median(got[overlap]):10.1f} µs   ({trials})")
-    finally:
-        server.drop_all()
     return 0
 
 

@@ -10,8 +10,6 @@ cost per run = fixed / batch + per_run over the batch sizes separates the two.
 
 from __future__ import annotations
 
-import argparse
-import os
 import re
 import statistics
 import sys
@@ -23,14 +21,12 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from fleet.db import connect
-from fleet.embedded import embedded_url
 from fleet.worker.attempt import Attempt, Outcome
 from fleet.worker.finish import DONE
 from fleet.worker.loop import run_round
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
-from loadtest.bench.procs import ROOT
 from loadtest.bench.report import median
-from loadtest.bench.server import Server, checkpoint, serves_locally
+from loadtest.bench.server import checkpoint, cpu_tool_parser, local_database
 
 BATCHES = (25, 50, 100)
 SCRIPT = Path(__file__).resolve().parent.parent / "pgbench_finish_claim.sql"
@@ -113,21 +109,15 @@ def fit(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m loadtest.bench.rounds", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--database-url", help="a server on this machine (default: FLEET_DATABASE_URL, else embedded)"
-    )
+    p = cpu_tool_parser("rounds", __doc__)
     p.add_argument("--runs", type=int, default=40_000, help="runs drained per trial (40000)")
     p.add_argument("--repeat", type=int, default=3, help="trials per figure, median reported (3)")
     a = p.parse_args(argv)
-    server = Server(a.database_url or os.environ.get("FLEET_DATABASE_URL") or embedded_url(ROOT))
-    try:
-        url = server.database("rounds")
+    with local_database(a.database_url, "rounds", "rounds") as url:
+        if url is None:
+            return 2
         with connect(url, "fleet-bench rounds") as conn:
             add_schedule(conn)
-        if not serves_locally(url):
-            print("rounds: the server's processes are not visible here (/proc): run it on this machine")
-            return 2
         contenders = {"fleet round": fleet_round, "pgbench statements": pgbench_round}
         got: dict[tuple[str, int], list[float]] = {}
         for _ in range(a.repeat):  # interleaved, so drift hits all alike
@@ -143,8 +133,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             fixed, per_run = fit(points)
             cells = "".join(f"{c:12.1f}" for _, c in points)
             print(f"{name:20}{cells}{fixed:10.0f} µs{per_run:8.1f} µs")
-    finally:
-        server.drop_all()
     return 0
 
 

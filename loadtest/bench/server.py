@@ -4,10 +4,11 @@ CPU time."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,8 +17,9 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from fleet.db import connect
+from fleet.embedded import embedded_url
 from fleet.migrate import migrate
-from loadtest.bench.procs import Proc, Processes
+from loadtest.bench.procs import ROOT, Proc, Processes
 
 T = TypeVar("T")
 APP = "fleet-bench"
@@ -150,6 +152,35 @@ def serves_locally(url: str) -> bool:
     that this machine's CPU time includes the server's."""
     with connect(url, "fleet-bench") as conn:
         return Path(f"/proc/{conn.info.backend_pid}/schedstat").exists()
+
+
+def cpu_tool_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """The parser of a tool that reads the server's CPU time (`rounds`, `gate_cost`), with its
+    --database-url."""
+    p = argparse.ArgumentParser(
+        prog=f"python -m loadtest.bench.{prog}", description=(doc or "").split("\n\n")[0]
+    )
+    p.add_argument(
+        "--database-url", help="a server on this machine (default: FLEET_DATABASE_URL, else embedded)"
+    )
+    return p
+
+
+@contextlib.contextmanager
+def local_database(database_url: str | None, name: str, tool: str) -> Iterator[str | None]:
+    """A scratch database `name` on the server of `database_url` (else FLEET_DATABASE_URL, else the
+    embedded one), dropped at the end; None, with a line saying why, when the server's processes
+    are not on this machine, whose /proc the tool reads."""
+    server = Server(database_url or os.environ.get("FLEET_DATABASE_URL") or embedded_url(ROOT))
+    try:
+        url = server.database(name)
+        if serves_locally(url):
+            yield url
+        else:
+            print(f"{tool}: the server's processes are not visible here (/proc): run it on this machine")
+            yield None
+    finally:
+        server.drop_all()
 
 
 def settle_stats() -> None:
