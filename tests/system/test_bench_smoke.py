@@ -59,27 +59,27 @@ def test_quick_bench_prints_the_table_and_writes_json(server_url: str, tmp_path:
     assert doc["meta"]["quick"] is True
 
 
-def test_rounds_prints_the_cost_of_both_rounds(server_url: str) -> None:
-    argv = [sys.executable, "-m", "loadtest.bench.rounds", "--runs", "2000", "--repeat", "1"]
-    argv += ["--database-url", server_url]
+def cpu_tool(server_url: str, module: str, *args: str) -> str:
+    """What `python -m loadtest.bench.MODULE ARGS` printed against the server, once it exited 0."""
+    argv = [sys.executable, "-m", f"loadtest.bench.{module}", *args, "--database-url", server_url]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_rounds_prints_the_cost_of_both_rounds(server_url: str) -> None:
+    out = cpu_tool(server_url, "rounds", "--runs", "2000", "--repeat", "1")
     for name in ("fleet round", "pgbench statements"):
-        (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith(name)] or [done.stdout]
+        (line,) = [ln for ln in out.splitlines() if ln.startswith(name)] or [out]
         cells = [float(c) for c in line[len(name) :].split() if c != "µs"]
-        assert len(cells) == 5 and all(c > 0 for c in cells[:3]), (name, done.stdout)
+        assert len(cells) == 5 and all(c > 0 for c in cells[:3]), (name, out)
 
 
 def test_gate_cost_prints_the_cost_per_run_of_both_policies(server_url: str) -> None:
-    argv = [sys.executable, "-m", "loadtest.bench.gate_cost", "--schedules", "300", "--repeat", "1"]
-    argv += ["--database-url", server_url]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = cpu_tool(server_url, "gate_cost", "--schedules", "300", "--repeat", "1")
     for overlap in ("skip", "allow"):
-        (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith(f"overlap {overlap}")] or [
-            done.stdout
-        ]
-        assert float(line.split()[2]) > 0, done.stdout
+        (line,) = [ln for ln in out.splitlines() if ln.startswith(f"overlap {overlap}")] or [out]
+        assert float(line.split()[2]) > 0, out
 
 
 def test_ticker_materialisation_creates_one_slot_per_due_schedule(
