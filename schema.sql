@@ -106,6 +106,8 @@ CREATE TABLE fleet.schedule_stats (
     CONSTRAINT schedule_stats_name_fkey FOREIGN KEY (name) REFERENCES fleet.schedules(name) ON DELETE CASCADE,
     CONSTRAINT schedule_stats_pkey PRIMARY KEY (name)
 );
+ALTER TABLE fleet.schedule_stats SET (fillfactor=50);
+CREATE INDEX schedule_stats_dirty ON fleet.schedule_stats USING btree (name) WHERE (dirty > 0);
 
 CREATE TABLE fleet.schedules (
     name text NOT NULL,

@@ -276,14 +276,20 @@ FROM fin f
 -- for a worker whose claim found nothing more. Only moments still to come count: a run due now but
 -- not claimed waits for something else (a queued run for the run before it, whose finish wakes the
 -- workers), and must not hide the next run to come due, created long before its time.
-WITH t AS (SELECT coalesce(%(now)b::timestamptz, now()) AS now)
+-- Each moment is the first entry of its partial index in order (LIMIT 1), not a min() over every
+-- run to come: with slots created ahead of their time (a lookahead over many schedules), that
+-- aggregate read every one of them at each wake of each idle worker. Sent after round_configure,
+-- in its transaction, so that stale statistics cannot turn the walk into a scan and a sort.
 SELECT extract(epoch FROM least(
-           (SELECT min(run_after) FROM fleet.job_runs, t
-            WHERE status = 'pending' AND run_after > t.now AND job = ANY(%(jobs)b::text[])),
-           (SELECT min(locked_until) FROM fleet.job_runs, t
-            WHERE status = 'running' AND locked_until > t.now AND job = ANY(%(jobs)b::text[])))
-       - t.now)::float8 AS wait_s
-FROM t
+           (SELECT r.run_after FROM fleet.job_runs r
+            WHERE r.status = 'pending' AND r.run_after > coalesce(%(now)b::timestamptz, now())
+              AND r.job = ANY(%(jobs)b::text[])
+            ORDER BY r.run_after LIMIT 1),
+           (SELECT r.locked_until FROM fleet.job_runs r
+            WHERE r.status = 'running' AND r.locked_until > coalesce(%(now)b::timestamptz, now())
+              AND r.job = ANY(%(jobs)b::text[])
+            ORDER BY r.locked_until LIMIT 1))
+       - coalesce(%(now)b::timestamptz, now()))::float8 AS wait_s
 
 -- name: run_expire
 -- One batch of a schedule's retention: its done and skipped runs (a discarded dead run is skipped;

@@ -6,18 +6,33 @@
 -- The runs that finished since `since` (through job_runs_finished), merged into the stats: per
 -- schedule the newest success and the newest finished run win over what is stored. Merging the
 -- same run twice changes nothing, so `since` may reach back a safety margin.
+-- Each step reads back over that margin, so most runs it reads were merged by an earlier step:
+-- only those newer than the stored row (`new`) are sorted and reach the insert. A run that met its
+-- conflict, even one the insert's WHERE leaves alone, would be locked (a write) at every re-read.
+-- A success newer than the stored success is newer than the stored finished run or not; either
+-- way it is in `new`, and so is every run newer than the stored finished run: the newest of `new`
+-- is the newest of all where it matters, and the insert tests it again under the row's lock.
 WITH fin AS (
     SELECT r.schedule_name, r.scheduled_for, r.status, r.last_outcome, r.finished_at, r.last_error
     FROM fleet.job_runs r
     WHERE r.status IN ('done', 'dead', 'skipped') AND r.finished_at >= %(since)s
 ),
+new AS (
+    SELECT f.* FROM fin f LEFT JOIN fleet.schedule_stats cur ON cur.name = f.schedule_name
+    WHERE cur.name IS NULL OR cur.last_slot IS NULL
+       OR (f.status = 'done'
+           AND (cur.last_success_slot IS NULL
+                OR (f.scheduled_for, f.finished_at)
+                   > (cur.last_success_slot, coalesce(cur.last_success_at, '-infinity'))))
+       OR (f.scheduled_for, f.finished_at) > (cur.last_slot, coalesce(cur.last_finished_at, '-infinity'))
+),
 ok AS (
     SELECT DISTINCT ON (schedule_name) schedule_name, scheduled_for, finished_at
-    FROM fin WHERE status = 'done'
+    FROM new WHERE status = 'done'
     ORDER BY schedule_name, scheduled_for DESC
 ),
 fl AS (
-    SELECT DISTINCT ON (schedule_name) * FROM fin
+    SELECT DISTINCT ON (schedule_name) * FROM new
     ORDER BY schedule_name, scheduled_for DESC, finished_at DESC
 ),
 merged AS (
@@ -61,12 +76,20 @@ SELECT (SELECT count(*) FROM fin) AS runs, (SELECT count(*) FROM merged) AS sche
 -- probes, whatever the history's size), merged into the stats as stats_merge does. Rows marked
 -- dirty are probed again (their newest finished run is what the probe finds, unless the stored one
 -- was pruned since) and cleared, unless marked again meanwhile.
+-- The dirty rows are found through schedule_stats_dirty: every step looks for them, and a walk of
+-- every schedule to find none would cost each step O(schedules).
 WITH batch AS (
-    SELECT s.name, coalesce(st.dirty, 0) AS dirty
-    FROM fleet.schedules s LEFT JOIN fleet.schedule_stats st ON st.name = s.name
-    WHERE CASE WHEN %(dirty)s THEN st.dirty > 0 ELSE s.name > %(after)s END
-    ORDER BY s.name
-    LIMIT %(limit)s
+    (SELECT st.name, st.dirty
+     FROM fleet.schedule_stats st
+     WHERE %(dirty)s AND st.dirty > 0
+     ORDER BY st.name
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT s.name, coalesce(st.dirty, 0) AS dirty
+     FROM fleet.schedules s LEFT JOIN fleet.schedule_stats st ON st.name = s.name
+     WHERE NOT %(dirty)s AND s.name > %(after)s
+     ORDER BY s.name
+     LIMIT %(limit)s)
 ),
 probed AS (
     SELECT b.name, b.dirty, ls.scheduled_for AS success_slot, ls.finished_at AS success_at,

@@ -718,7 +718,10 @@ class Worker:
         # time was announced long before (its NOTIFY woke us then), and nothing else wakes us at it.
         if r.requested and not r.full:
             jobs = self.jobs if self.aio is None else self._looked_for
-            row = conn.execute(q("run_next_wait"), {"jobs": jobs, "now": None}).fetchone()
+            with conn.pipeline():  # one implicit transaction: the round's planner settings hold
+                conn.execute(q("round_configure"))
+                cur = conn.execute(q("run_next_wait"), {"jobs": jobs, "now": None})
+            row = cur.fetchone()
             wait = row["wait_s"] if row else None
             if s.until_idle and not self.inflight and not self.to_record and (wait is None or wait > 0):
                 return None

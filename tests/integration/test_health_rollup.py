@@ -114,14 +114,16 @@ def test_runs_finished_after_the_mark_are_read_at_once_and_merged_later(
     b = stats(conn, "b")
     assert b is not None and b["last_slot"] == SLOT + 2 * H
     assert read(conn) == probed(conn)
-    # each step reads back over its margin: what is not newer is not written again
-    versions = {
-        r["name"]: r["xmin"] for r in conn.execute("SELECT name, xmin::text FROM fleet.schedule_stats")
-    }
+
+    # each step reads back over its margin: what is not newer is not written again, nor locked
+    # (a lock sets the row's xmax)
+    def versions() -> dict[str, tuple[str, str]]:
+        rows = conn.execute("SELECT name, xmin::text, xmax::text FROM fleet.schedule_stats")
+        return {r["name"]: (r["xmin"], r["xmax"]) for r in rows}
+
+    before = versions()
     roll(conn)
-    assert {
-        r["name"]: r["xmin"] for r in conn.execute("SELECT name, xmin::text FROM fleet.schedule_stats")
-    } == versions
+    assert versions() == before
 
 
 def test_a_retried_or_discarded_dead_run_is_exact_at_once(conn: psycopg.Connection[Any]) -> None:
@@ -347,3 +349,12 @@ def test_stale_cadences_are_read_through_indexes(conn: psycopg.Connection[Any]) 
             plan = "\n".join(r["QUERY PLAN"] for r in conn.execute("EXPLAIN " + q(name), params))
             assert "Seq Scan on schedules" not in plan, plan
             assert "schedules_cadence_expiry" in plan and "schedules_cadence_outdated" in plan, plan
+
+
+def test_dirty_schedules_are_found_through_their_index(conn: psycopg.Connection[Any]) -> None:
+    """A step looks for dirty stats rows without walking every schedule."""
+    with conn.transaction(force_rollback=True):
+        conn.execute("SET LOCAL enable_seqscan = off")
+        params = {"dirty": True, "after": "", "limit": 10}
+        plan = "\n".join(r["QUERY PLAN"] for r in conn.execute("EXPLAIN " + q("stats_probe"), params))
+        assert "schedule_stats_dirty" in plan, plan

