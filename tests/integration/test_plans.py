@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -198,5 +199,5 @@ def test_next_wait_reads_one_run_of_many_created_ahead(conn: psycopg.Connection[
     assert wait is not None and wait["wait_s"] == 60.0
     pending = [line for line in got.splitlines() if "job_runs_pending" in line]
     assert pending and all("Index Scan" in line for line in pending), got
-    assert "(actual rows=1 loops=1)" in pending[0], got  # one entry read, of 20,000
+    assert re.search(r"actual rows=1(\.00)? loops=1\)", pending[0]), got  # one entry read, of 20,000
     assert "Aggregate" not in got and "Sort" not in got and "Bitmap" not in got, got
