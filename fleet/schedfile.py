@@ -315,12 +315,6 @@ def parse_entry(
         bad("max_catchup", f"must be an integer from 1 to {MAX_CATCHUP_LIMIT:,}, got {shown(max_catchup)}")
         max_catchup = DEFAULT_MAX_CATCHUP
     overlap = choice("overlap", OVERLAPS, DEFAULT_OVERLAP)
-    before_dst = len(errs)
-    dst_repeated = choice("dst_repeated", ("first", "last"), "first")
-    dst_missing = choice("dst_missing", ("shift", "skip"), "shift")
-    # the timing is checked as a whole (the cron expression among it) when its own fields are
-    # valid, whatever the other fields' problems: every problem is reported at once
-    timing_fields_ok = len(errs) == before_dst
     max_lateness = duration("max_lateness")
     grace = duration("grace")
     timeout = duration("timeout")
@@ -329,7 +323,11 @@ def parse_entry(
         bad("retention", f"must be from 1h to {MAX_RETENTION.days} days, got {shown(entry['retention'])}")
         retention = None
 
+    # the timing is checked as a whole (the cron expression among it) when its own fields are
+    # valid, whatever the other fields' problems: every problem is reported at once
     before_timing = len(errs)
+    dst_repeated = choice("dst_repeated", ("first", "last"), "first")
+    dst_missing = choice("dst_missing", ("shift", "skip"), "shift")
     tz = entry.get("timezone", "UTC")
     tz_ok = True
     if not isinstance(tz, str):
@@ -373,7 +371,7 @@ def parse_entry(
         dst_repeated=dst_repeated,  # type: ignore[arg-type]
         dst_missing=dst_missing,  # type: ignore[arg-type]
     )
-    if timing_fields_ok and len(errs) == before_timing:
+    if len(errs) == before_timing:
         try:
             validate_timing(timing)
         except TimingError as e:
