@@ -7,11 +7,13 @@
 -- schedule the newest success and the newest finished run win over what is stored. Merging the
 -- same run twice changes nothing, so `since` may reach back a safety margin.
 -- Each step reads back over that margin, so most runs it reads were merged by an earlier step:
--- only those newer than the stored row (`new`) are sorted and reach the insert. A run that met its
--- conflict, even one the insert's WHERE leaves alone, would be locked (a write) at every re-read.
+-- only those newer than the stored row (`new`) are sorted and reach the insert, since a run that
+-- met its row's conflict would lock it (a write) at every re-read, about margin / period times.
 -- A success newer than the stored success is newer than the stored finished run or not; either
 -- way it is in `new`, and so is every run newer than the stored finished run: the newest of `new`
--- is the newest of all where it matters, and the insert tests it again under the row's lock.
+-- is the newest of all where it matters. The update still picks each part (success, finished run)
+-- under the row's lock, so that a merge never moves either back. One step runs at a time (the
+-- chore's lock), and nothing else writes these columns.
 WITH fin AS (
     SELECT r.schedule_name, r.scheduled_for, r.status, r.last_outcome, r.finished_at, r.last_error
     FROM fleet.job_runs r
@@ -57,15 +59,6 @@ merged AS (
             FROM (SELECT st.last_slot IS NULL
                          OR (EXCLUDED.last_slot, EXCLUDED.last_finished_at)
                             >= (st.last_slot, coalesce(st.last_finished_at, '-infinity')) AS n) x)
-    -- Only where something is newer: a step reads back over its margin, and rewriting every stats
-    -- row it meets again would write each schedule's row about margin / period times per run.
-    WHERE (EXCLUDED.last_success_slot IS NOT NULL
-           AND (st.last_success_slot IS NULL
-                OR (EXCLUDED.last_success_slot, EXCLUDED.last_success_at)
-                   > (st.last_success_slot, coalesce(st.last_success_at, '-infinity'))))
-       OR st.last_slot IS NULL
-       OR (EXCLUDED.last_slot, EXCLUDED.last_finished_at)
-          > (st.last_slot, coalesce(st.last_finished_at, '-infinity'))
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM fin) AS runs, (SELECT count(*) FROM merged) AS schedules
