@@ -9,6 +9,12 @@ of runs) goes over the schedules by name, a batch per step, probing each one's n
 its primary key; its start becomes the mark. A read (fleet.inspect) adds the runs finished since the
 mark minus the margin itself, so it is exact without waiting for the roll-up, and probes every
 schedule itself until the first pass is over.
+
+While runs are due and waiting for a worker (a herd of slots come due at once, a backlog), a step
+leaves the merge for later, up to MERGE_DEFER_S after the last one: merging a burst's runs as they
+finish would take a core from the workers draining it, and its snapshot would keep them from
+marking the runs they claimed as dead in the pending index, so that each claim walks past them.
+Reads stay exact meanwhile (they add what the roll-up has not merged yet).
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ CADENCE_RETRY: Final = timedelta(minutes=1)
 CADENCE_RUN: Final = 24
 # Timings whose windows a ticker keeps between steps (a few hundred bytes each).
 CADENCE_CACHE: Final = 20_000
+# While runs wait to be claimed, the merge waits too, at most this long after the last one.
+MERGE_DEFER_S: Final = 30.0
 
 
 def rollup_chore(every_s: float) -> Chore:
@@ -56,8 +64,14 @@ def rollup_step(conn: psycopg.Connection[Any], at: Progress) -> Step:
         else:
             mark, cursor = start, None
     else:
-        conn.execute(q("stats_merge"), {"since": at.mark - timedelta(seconds=ROLLUP_MARGIN_S)})
         mark, cursor = at.now, None
+        if (
+            at.now - at.mark < timedelta(seconds=MERGE_DEFER_S)
+            and conn.execute(q("run_due_first"), {"now": at.now}).fetchone()
+        ):
+            mark = at.mark  # the merge waits for the workers
+        else:
+            conn.execute(q("stats_merge"), {"since": at.mark - timedelta(seconds=ROLLUP_MARGIN_S)})
         row = conn.execute(q("stats_probe"), {"dirty": True, "after": "", "limit": PROBE_BATCH}).fetchone()
         assert row is not None
         more = row["schedules"] == PROBE_BATCH

@@ -63,6 +63,14 @@ merged AS (
 )
 SELECT (SELECT count(*) FROM fin) AS runs, (SELECT count(*) FROM merged) AS schedules
 
+-- name: run_due_first
+-- Whether a run is due and waiting to be claimed: the first entry of the pending index, if it is due.
+SELECT r.run_after
+FROM fleet.job_runs r
+WHERE r.status = 'pending' AND r.run_after <= %(now)s
+ORDER BY r.run_after
+LIMIT 1
+
 -- name: stats_probe
 -- One batch of the first pass: the schedules after `after` by name, at most `limit`, each with its
 -- newest success and newest finished run found by walking its primary key backwards (two index

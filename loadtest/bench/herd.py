@@ -68,7 +68,7 @@ def run(bench: Bench, report: Report) -> None:
                 return bool(row and row["n"] >= n)
 
             wait_until(
-                done, ahead + 60 + n / 500, "every run of the herd to finish", 0.2, bench.procs, fleet.all
+                done, ahead + 60 + n / 500, "every run of the herd to finish", 1.0, bench.procs, fleet.all
             )
             got = starts(conn, slot, slot + dt.timedelta(seconds=1))
     finally:

@@ -126,6 +126,44 @@ def test_runs_finished_after_the_mark_are_read_at_once_and_merged_later(
     assert versions() == before
 
 
+def test_the_merge_waits_while_runs_wait_for_a_worker(conn: psycopg.Connection[Any]) -> None:
+    """A run due and not claimed yet (a herd, a backlog) puts the merge off, up to MERGE_DEFER_S
+    after the last one; reads stay exact meanwhile, and the merge comes once nothing waits."""
+    three(conn)
+    roll(conn)
+
+    def mark() -> datetime:
+        got: datetime = scalar(conn, "SELECT mark FROM fleet.chores WHERE name = %s", (rollup.CHORE,))
+        return got
+
+    merged = mark()
+    add_run(conn, "b", SLOT + 2 * H, "done", finished="now()")
+    add_run(conn, "c", SLOT + 2 * H, "pending", attempts=0)  # due, waiting for a worker
+    roll(conn)
+    b = stats(conn, "b")
+    assert b is not None and b["last_slot"] == SLOT + H  # not merged yet
+    assert mark() == merged
+    assert read(conn) == probed(conn)  # exact all the same
+    # the wait is bounded: a mark older than MERGE_DEFER_S merges whatever waits
+    conn.execute(
+        "UPDATE fleet.chores SET mark = mark - make_interval(secs => %s) WHERE name = %s",
+        (rollup.MERGE_DEFER_S, rollup.CHORE),
+    )
+    roll(conn)
+    b = stats(conn, "b")
+    assert b is not None and b["last_slot"] == SLOT + 2 * H and mark() > merged
+    # and once nothing waits, the next step merges at once
+    add_run(conn, "a", SLOT + 3 * H, "done", finished="now()")
+    roll(conn)
+    a = stats(conn, "a")
+    assert a is not None and a["last_slot"] == SLOT + H
+    conn.execute("UPDATE fleet.job_runs SET status = 'running', attempts = 1 WHERE schedule_name = 'c'")
+    roll(conn)
+    a = stats(conn, "a")
+    assert a is not None and a["last_slot"] == SLOT + 3 * H
+    assert read(conn) == probed(conn)
+
+
 def test_a_retried_or_discarded_dead_run_is_exact_at_once(conn: psycopg.Connection[Any]) -> None:
     three(conn)
     roll(conn)

@@ -201,3 +201,31 @@ def test_next_wait_reads_one_run_of_many_created_ahead(conn: psycopg.Connection[
     assert pending and all("Index Scan" in line for line in pending), got
     assert re.search(r"actual rows=1(\.00)? loops=1\)", pending[0]), got  # one entry read, of 20,000
     assert "Aggregate" not in got and "Sort" not in got and "Bitmap" not in got, got
+
+
+def test_the_rollup_asks_for_one_due_run(conn: psycopg.Connection[Any]) -> None:
+    """The roll-up puts its merge off while a run is due and waiting (fleet.rollup): it reads the
+    first entry of the pending index, however many runs wait and however stale the statistics."""
+    conn.execute(
+        "INSERT INTO fleet.schedules (name, every, job, overlap, timing_hash) "
+        "SELECT 's' || g, '1 hour', 'noop', 'skip', 'x' FROM generate_series(1, 20000) g"
+    )
+    conn.execute("VACUUM ANALYZE fleet.job_runs")  # no run yet
+    conn.execute(
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, run_after) "
+        "SELECT 's' || g, %s, 'noop', %s FROM generate_series(1, 20000) g",
+        (T0, T0),
+    )
+    later = {"now": T0 + timedelta(minutes=1)}
+    got = "\n".join(
+        r["QUERY PLAN"]
+        for r in conn.execute(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) " + q("run_due_first"), later
+        )
+    )
+    assert conn.execute(q("run_due_first"), later).fetchone() == {"run_after": T0}
+    assert conn.execute(q("run_due_first"), {"now": T0 - timedelta(seconds=1)}).fetchone() is None
+    pending = [line for line in got.splitlines() if "job_runs_pending" in line]
+    assert pending and all("Index" in line for line in pending), got
+    assert re.search(r"actual rows=1(\.00)? loops=1\)", pending[0]), got  # one entry read, of 20,000
+    assert "Sort" not in got and "Bitmap" not in got and "Seq Scan" not in got, got
