@@ -201,6 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"[{time.monotonic() - started:6.0f}s] {section} FAILED: {e!r}", flush=True)
                 traceback.print_exc()
                 bench.procs.stop_all()  # what the section started, before the next one measures
+            # Its databases go with it: a later section must not share the server with their
+            # data, nor with autovacuum working through millions of rows left behind.
+            bench.server.drop_all()
             print(
                 f"[{time.monotonic() - started:6.0f}s] {section} done in {time.monotonic() - t0:.0f}s",
                 flush=True,
