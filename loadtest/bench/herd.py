@@ -67,6 +67,8 @@ def run(bench: Bench, report: Report) -> None:
                 ).fetchone()
                 return bool(row and row["n"] >= n)
 
+            # once a second: the count is CPU taken from the herd, and the figures come from the
+            # runs' own timestamps, not from when this notices the end
             wait_until(
                 done, ahead + 60 + n / 500, "every run of the herd to finish", 1.0, bench.procs, fleet.all
             )
