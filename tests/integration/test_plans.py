@@ -172,10 +172,9 @@ def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -
     assert "Sort" in (p := plan(conn, "run_claim", params))[p.index("CTE expired") : p.index("CTE cand")]
 
 
-def test_next_wait_reads_one_run_of_many_created_ahead(conn: psycopg.Connection[Any]) -> None:
-    """An idle worker asks when the next run comes due. With many runs created ahead of their time
-    (a lookahead over many schedules) and statistics taken before they existed, the answer is the
-    first entry of the pending index, not an aggregate over every run to come."""
+def pending_after_stale_statistics(conn: psycopg.Connection[Any], run_after: datetime) -> None:
+    """20,000 schedules with one pending run each, due at `run_after`, and job_runs' statistics
+    taken before any of the runs existed."""
     conn.execute(
         "INSERT INTO fleet.schedules (name, every, job, overlap, timing_hash) "
         "SELECT 's' || g, '1 hour', 'noop', 'skip', 'x' FROM generate_series(1, 20000) g"
@@ -184,17 +183,24 @@ def test_next_wait_reads_one_run_of_many_created_ahead(conn: psycopg.Connection[
     conn.execute(
         "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, run_after) "
         "SELECT 's' || g, %s, 'noop', %s FROM generate_series(1, 20000) g",
-        (T0 + timedelta(minutes=1), T0 + timedelta(minutes=1)),
+        (run_after, run_after),
     )
+
+
+def analyzed(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> str:
+    """The statement's plan as it ran, with row counts."""
+    rows = conn.execute("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) " + q(name), params)
+    return "\n".join(r["QUERY PLAN"] for r in rows)
+
+
+def test_next_wait_reads_one_run_of_many_created_ahead(conn: psycopg.Connection[Any]) -> None:
+    """An idle worker asks when the next run comes due. With many runs created ahead of their time
+    (a lookahead over many schedules) and statistics taken before they existed, the answer is the
+    first entry of the pending index, not an aggregate over every run to come."""
+    pending_after_stale_statistics(conn, T0 + timedelta(minutes=1))
     with conn.transaction():
         conn.execute(q("round_configure"))
-        got = "\n".join(
-            r["QUERY PLAN"]
-            for r in conn.execute(
-                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) " + q("run_next_wait"),
-                {"jobs": ["noop"], "now": T0},
-            )
-        )
+        got = analyzed(conn, "run_next_wait", {"jobs": ["noop"], "now": T0})
         wait = conn.execute(q("run_next_wait"), {"jobs": ["noop"], "now": T0}).fetchone()
     assert wait is not None and wait["wait_s"] == 60.0
     pending = [line for line in got.splitlines() if "job_runs_pending" in line]
@@ -206,23 +212,9 @@ def test_next_wait_reads_one_run_of_many_created_ahead(conn: psycopg.Connection[
 def test_the_rollup_asks_for_one_due_run(conn: psycopg.Connection[Any]) -> None:
     """The roll-up puts its merge off while a run is due and waiting (fleet.rollup): it reads the
     first entry of the pending index, however many runs wait and however stale the statistics."""
-    conn.execute(
-        "INSERT INTO fleet.schedules (name, every, job, overlap, timing_hash) "
-        "SELECT 's' || g, '1 hour', 'noop', 'skip', 'x' FROM generate_series(1, 20000) g"
-    )
-    conn.execute("VACUUM ANALYZE fleet.job_runs")  # no run yet
-    conn.execute(
-        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, run_after) "
-        "SELECT 's' || g, %s, 'noop', %s FROM generate_series(1, 20000) g",
-        (T0, T0),
-    )
+    pending_after_stale_statistics(conn, T0)
     later = {"now": T0 + timedelta(minutes=1)}
-    got = "\n".join(
-        r["QUERY PLAN"]
-        for r in conn.execute(
-            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) " + q("run_due_first"), later
-        )
-    )
+    got = analyzed(conn, "run_due_first", later)
     assert conn.execute(q("run_due_first"), later).fetchone() == {"run_after": T0}
     assert conn.execute(q("run_due_first"), {"now": T0 - timedelta(seconds=1)}).fetchone() is None
     pending = [line for line in got.splitlines() if "job_runs_pending" in line]
