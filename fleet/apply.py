@@ -294,9 +294,15 @@ def _write(
     array per column as long again as this; COPY is refused by row-level security). Pipelined: the
     server writes one batch while the next is made."""
     with cur.connection.pipeline():
-        for start in range(0, len(specs), WRITE_BATCH):
-            rows = [_params(spec, first) for spec, first in specs[start : start + WRITE_BATCH]]
-            cur.execute(q(statement), {"rows": orjson.dumps(rows, default=_json_value).decode()})
+        try:
+            for start in range(0, len(specs), WRITE_BATCH):
+                rows = [_params(spec, first) for spec, first in specs[start : start + WRITE_BATCH]]
+                cur.execute(q(statement), {"rows": orjson.dumps(rows, default=_json_value).decode()})
+        except BaseException:
+            # Ctrl-C between two statements: one sent may be waiting for a row's lock, and leaving
+            # the pipeline waits for its result. Cancelled, it ends now and the transaction rolls back.
+            cur.connection.cancel_safe()
+            raise
 
 
 def _json_value(value: Any) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 import traceback
@@ -236,8 +237,15 @@ BAD_INPUT = (UsageError, ConfigError, SchemaOutdated, SchemaMissing, RequestErro
 ALL_OR_NOTHING = ("migrate", "apply")
 
 
+# psycopg's own warnings (one when a statement cancelled on Ctrl-C ends a pipeline, say) are not
+# for the terminal: what fleetctl has to say it says in its one line.
+_QUIET = logging.NullHandler()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     command = "fleetctl"
+    if _QUIET not in logging.getLogger("psycopg").handlers:
+        logging.getLogger("psycopg").addHandler(_QUIET)
     try:
         p, commands = parser(command_named(sys.argv[1:] if argv is None else argv))
         args = p.parse_args(argv)

@@ -54,11 +54,13 @@ def outcomes(conn: psycopg.Connection[Any]) -> list[str]:
     ]
 
 
-def add_runs(conn: psycopg.Connection[Any], schedule: str, job: str, n: int, args: str = "{}") -> None:
+def add_runs(
+    conn: psycopg.Connection[Any], schedule: str, job: str, n: int, args: str = "{}", extra: str = ""
+) -> None:
     apply_text(
         conn,
         f'[[schedule]]\nname = "{schedule}"\nevery = "1d"\njob = "{job}"\nargs = {args}\noverlap = "allow"\n'
-        'start_at = "2099-01-01T00:00:00Z"\n',
+        f'start_at = "2099-01-01T00:00:00Z"\n{extra}',
     )
     conn.execute(
         "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
@@ -74,7 +76,8 @@ def test_sync_and_async_jobs_mix_in_one_worker(
     add_runs(conn, "plain", "noop", 20)
     add_runs(conn, "awaits", "async_sleep", 20, "{ seconds = 0.3 }")
     add_runs(conn, "waits", "async_sleep", 5, "{ seconds = 0.2, ctx_sleep = true }")
-    add_runs(conn, "wrong", "returns_coroutine", 1)
+    # One attempt only: a retry could fall due before the worker is idle, or after it.
+    add_runs(conn, "wrong", "returns_coroutine", 1, extra="retry = { max_attempts = 1 }\n")
     with processes() as procs:
         w = start_worker(
             procs, db_url, tmp_path, "a", *ASYNC_APP, *FAST, "--concurrency", "2", "--until-idle"
@@ -92,9 +95,10 @@ def test_sync_and_async_jobs_mix_in_one_worker(
     assert sum(1 for e in events if e[0] == "done") == 45 and {e[4] for e in events} == {str(w.pid)}
     # A sync handler's coroutine was not run, and its attempt is no success.
     wrong = conn.execute(
-        "SELECT last_error, failures FROM fleet.job_runs WHERE schedule_name = 'wrong'"
+        "SELECT last_error, failures, status::text AS status FROM fleet.job_runs "
+        "WHERE schedule_name = 'wrong'"
     ).fetchone()
-    assert wrong is not None and wrong["failures"] == 1
+    assert wrong is not None and (wrong["failures"], wrong["status"]) == (1, "dead"), wrong
     assert "returned coroutine, an awaitable that a handler thread cannot run" in wrong["last_error"]
 
 

@@ -161,7 +161,7 @@ def test_ctrl_c_during_apply_exits_130_in_one_line_and_changes_nothing(
                 scalar(
                     conn,
                     "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fleetctl' "
-                    "AND wait_event_type = 'Lock'",
+                    "AND datname = current_database() AND wait_event_type = 'Lock'",
                 )
                 == 1
             ),
