@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from fleet import apply as apply_mod
+from fleet.db import connect
+from fleet.schedfile import load
 from tests.support import apply_text, env_for, fleetctl_cmd, scalar
 
 GOOD = """
@@ -152,3 +157,37 @@ def test_migrate_twice_and_concurrently_is_safe(db_url: str, conn: psycopg.Conne
     results = [p.communicate(timeout=60) for p in procs]
     assert all(p.returncode == 0 for p in procs), results
     assert scalar(conn, "SELECT count(*) FROM fleet.migrations") >= 1
+
+
+def test_an_interrupt_between_pipelined_writes_cancels_the_one_waiting_for_a_lock(
+    db_url: str, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    apply_text(conn, '[[schedule]]\nname = "a"\nevery = "1h"\njob = "noop"\n')
+    apply_text(conn, '[[schedule]]\nname = "b"\nevery = "1h"\njob = "noop"\n')
+    monkeypatch.setattr(apply_mod, "WRITE_BATCH", 1)
+    made = 0
+
+    def params(*args: Any) -> Any:  # Ctrl-C while the second statement is made
+        nonlocal made
+        made += 1
+        if made == 2:
+            time.sleep(0.5)  # the first, sent, now waits for the row locked below
+            raise KeyboardInterrupt
+        return real(*args)
+
+    real = apply_mod._params
+    monkeypatch.setattr(apply_mod, "_params", params)
+    specs = load(
+        '[[schedule]]\nname = "a"\nevery = "2h"\njob = "noop"\n[[schedule]]\nname = "b"\nevery = "2h"\njob = "noop"\n'
+    )
+    with connect(db_url, "test blocker") as blocker, blocker.transaction(), connect(db_url, "test") as c:
+        blocker.execute("SELECT 1 FROM fleet.schedules WHERE name = 'a' FOR UPDATE")
+        rescue = threading.Timer(10, c.cancel_safe)  # what the test waits at most
+        rescue.start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            apply_mod.apply_specs(c, specs, prune=False)
+        took = time.monotonic() - started
+        rescue.cancel()
+    assert took < 5, f"the interrupted apply waited {took:.1f} s for the locked row"
+    assert scalar(conn, "SELECT count(*) FROM fleet.schedules WHERE every = '1 hour'") == 2
