@@ -8,6 +8,7 @@ Applies serialise among themselves on an advisory lock that tickers and workers 
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -301,7 +302,8 @@ def _write(
         except BaseException:
             # Ctrl-C between two statements: one sent may be waiting for a row's lock, and leaving
             # the pipeline waits for its result. Cancelled, it ends now and the transaction rolls back.
-            cur.connection.cancel_safe()
+            with contextlib.suppress(Exception):  # a connection already lost keeps its own error
+                cur.connection.cancel_safe()
             raise
 
 
