@@ -162,8 +162,8 @@ def test_migrate_twice_and_concurrently_is_safe(db_url: str, conn: psycopg.Conne
 def test_an_interrupt_between_pipelined_writes_cancels_the_one_waiting_for_a_lock(
     db_url: str, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    apply_text(conn, '[[schedule]]\nname = "a"\nevery = "1h"\njob = "noop"\n')
-    apply_text(conn, '[[schedule]]\nname = "b"\nevery = "1h"\njob = "noop"\n')
+    two = '[[schedule]]\nname = "a"\nevery = "{0}"\njob = "noop"\n[[schedule]]\nname = "b"\nevery = "{0}"\njob = "noop"\n'
+    apply_text(conn, two.format("1h"))
     monkeypatch.setattr(apply_mod, "WRITE_BATCH", 1)
     made = 0
 
@@ -177,9 +177,7 @@ def test_an_interrupt_between_pipelined_writes_cancels_the_one_waiting_for_a_loc
 
     real = apply_mod._params
     monkeypatch.setattr(apply_mod, "_params", params)
-    specs = load(
-        '[[schedule]]\nname = "a"\nevery = "2h"\njob = "noop"\n[[schedule]]\nname = "b"\nevery = "2h"\njob = "noop"\n'
-    )
+    specs = load(two.format("2h"))
     with connect(db_url, "test blocker") as blocker, blocker.transaction(), connect(db_url, "test") as c:
         blocker.execute("SELECT 1 FROM fleet.schedules WHERE name = 'a' FOR UPDATE")
         rescue = threading.Timer(10, c.cancel_safe)  # what the test waits at most
