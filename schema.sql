@@ -142,6 +142,8 @@ CREATE TABLE fleet.schedules (
     cadence_until timestamp with time zone,
     cadence_hash text,
     cadence_gap interval,
+    broken_at timestamp with time zone,
+    broken_error text,
     CONSTRAINT schedules_catchup_check CHECK ((catchup = ANY (ARRAY['skip'::text, 'latest'::text, 'all'::text]))),
     CONSTRAINT schedules_check CHECK (((every IS NULL) <> (cron IS NULL))),
     CONSTRAINT schedules_dst_missing_check CHECK ((dst_missing = ANY (ARRAY['shift'::text, 'skip'::text]))),

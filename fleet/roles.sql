@@ -33,7 +33,8 @@ REVOKE CREATE ON SCHEMA fleet FROM fleet_ticker, fleet_worker, fleet_operator, f
 REVOKE ALL ON ALL TABLES IN SCHEMA fleet FROM fleet_ticker, fleet_worker, fleet_operator, fleet_reader;
 GRANT SELECT ON ALL TABLES IN SCHEMA fleet TO fleet_ticker, fleet_worker, fleet_operator, fleet_reader;
 
-GRANT UPDATE (next_run_at, missed_slots, cadence_from, cadence_mid, cadence_until, cadence_hash, cadence_gap)
+GRANT UPDATE (next_run_at, missed_slots, cadence_from, cadence_mid, cadence_until, cadence_hash, cadence_gap,
+               broken_at, broken_error)
     ON fleet.schedules TO fleet_ticker;
 GRANT INSERT, UPDATE ON fleet.schedule_stats TO fleet_ticker;
 GRANT INSERT, DELETE ON fleet.job_runs TO fleet_ticker;

@@ -35,7 +35,8 @@ SET every = v.every, cron = v.cron, timezone = v.timezone, start_at = v.start_at
     catchup = v.catchup, max_catchup = v.max_catchup, max_lateness = v.max_lateness, grace = v.grace, overlap = v.overlap,
     timeout = v.timeout, max_attempts = v.max_attempts, retry_base = v.retry_base,
     retry_cap = v.retry_cap, retention = v.retention, enabled = true,
-    next_run_at = coalesce(v.next_run_at, s.next_run_at), timing_hash = v.timing_hash, updated_at = now()
+    next_run_at = coalesce(v.next_run_at, s.next_run_at), timing_hash = v.timing_hash, updated_at = now(),
+    broken_at = NULL, broken_error = NULL
 FROM jsonb_populate_recordset(NULL::fleet.schedules, %(rows)s::jsonb) v
 WHERE s.name = v.name
 
@@ -48,19 +49,30 @@ SELECT pg_notify('fleet_schedules', '')
 
 -- name: schedule_due
 -- Schedules with a slot to create: due, or within the lookahead (slots created ahead of their time).
+-- A broken schedule (its timing could not be evaluated) is tried again `retry_broken` after it broke.
 SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing, s.catchup,
-       s.max_catchup, s.max_lateness, s.grace, s.next_run_at, t.now AS db_now
+       s.max_catchup, s.max_lateness, s.grace, s.next_run_at, s.broken_at, t.now AS db_now
 FROM fleet.schedules s, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
 WHERE s.enabled AND s.paused_at IS NULL AND s.next_run_at <= t.now + %(lookahead)s::interval
+  AND (s.broken_at IS NULL OR s.broken_at <= t.now - %(retry_broken)s::interval)
 ORDER BY s.next_run_at
 LIMIT %(limit)s
 FOR UPDATE OF s SKIP LOCKED
 
 -- name: schedule_advance
+-- A schedule advanced is evaluated fine: a broken mark it had goes.
 UPDATE fleet.schedules s
-SET next_run_at = v.next_run_at, missed_slots = s.missed_slots + v.missed
+SET next_run_at = v.next_run_at, missed_slots = s.missed_slots + v.missed, broken_at = NULL, broken_error = NULL
 FROM unnest(%(names)s::text[], %(next_run_ats)s::timestamptz[], %(missed)s::bigint[])
      AS v(name, next_run_at, missed)
+WHERE s.name = v.name
+
+-- name: schedule_break
+-- Schedules whose timing could not be evaluated: skipped by the tickers until `retry_broken` later
+-- (schedule_due), shown BROKEN with the error. next_run_at stays, so nothing is lost meanwhile.
+UPDATE fleet.schedules s
+SET broken_at = coalesce(%(now)s::timestamptz, now()), broken_error = v.error
+FROM unnest(%(names)s::text[], %(errors)s::text[]) AS v(name, error)
 WHERE s.name = v.name
 
 -- name: schedule_next_wait

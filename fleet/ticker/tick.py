@@ -10,9 +10,13 @@ from typing import Any
 import psycopg
 
 from fleet import logs
-from fleet.catchup import plan_slots
+from fleet.catchup import Plan, plan_slots
 from fleet.queries import q
-from fleet.schedule import timing_of
+from fleet.schedule import TimingError, timing_of
+
+# A broken schedule (its timing could not be evaluated) is tried again this long after it broke: an
+# upgraded fleet, or a time zone database that changed, may evaluate it.
+RETRY_BROKEN = timedelta(minutes=10)
 
 
 @dataclass
@@ -21,6 +25,7 @@ class TickResult:
     created: int = 0  # pending runs created
     skipped: int = 0  # rows recorded as skipped (max_lateness)
     missed: int = 0  # slots dropped by catch-up policy
+    broken: int = 0  # schedules whose timing could not be evaluated, marked broken and skipped
     still_due: bool = False  # a batch or a catch-up limit was full: tick again at once
 
 
@@ -41,11 +46,15 @@ def run_once(
     slots in (now, now + lookahead] are created pending with `run_after` = the slot, so no worker
     claims one before its time. Concurrent tickers skip each other's locked schedules, and the
     primary key with ON CONFLICT DO NOTHING makes each slot one row even if two tickers ever overlap.
+
+    A schedule whose planning raises is one schedule's problem: it is marked broken with the error
+    (one line naming the field), its next slot stays, and every other schedule of the batch goes on.
     """
     result = TickResult()
     with conn.transaction():
         rows = conn.execute(
-            q("schedule_due"), {"now": now, "lookahead": lookahead, "limit": batch_size}
+            q("schedule_due"),
+            {"now": now, "lookahead": lookahead, "limit": batch_size, "retry_broken": RETRY_BROKEN},
         ).fetchall()
         if not rows:
             return result
@@ -56,18 +65,18 @@ def run_once(
         adv_names: list[str] = []
         adv_next: list[datetime | None] = []
         adv_missed: list[int] = []
+        broken_names: list[str] = []
+        broken_errors: list[str] = []
         for row in rows:
-            plan = plan_slots(
-                timing_of(row),
-                row["catchup"],
-                row["next_run_at"],
-                row["db_now"],
-                grace=row["grace"],
-                max_lateness=row["max_lateness"],
-                limit=catchup_limit,
-                max_catchup=row["max_catchup"],
-                lookahead=lookahead,
-            )
+            try:
+                plan = _plan(row, catchup_limit, lookahead)
+            except Exception as e:  # noqa: BLE001 - whatever one schedule raises stays with it
+                error = _error_line(e, row)
+                broken_names.append(row["name"])
+                broken_errors.append(error)
+                if row["broken_at"] is None:
+                    logs.event("schedule_broken", schedule=row["name"], error=error)
+                continue
             for slot in plan.run:
                 names.append(row["name"])
                 slots.append(slot)
@@ -92,6 +101,9 @@ def run_once(
             if plan.next_run_at is not None and plan.next_run_at <= row["db_now"] + lookahead:
                 result.still_due = True  # the catch-up limit cut the plan short
         result.schedules = len(rows)
+        result.broken = len(broken_names)
+        if broken_names:
+            conn.execute(q("schedule_break"), {"names": broken_names, "errors": broken_errors, "now": now})
         result.still_due = result.still_due or len(rows) == batch_size
         result.missed = sum(adv_missed)
         if names:
@@ -110,9 +122,42 @@ def run_once(
             ).fetchall()
             result.created = sum(1 for r in created if r["status"] == "pending")
             result.skipped = sum(1 for r in created if r["status"] == "skipped")
-        conn.execute(
-            q("schedule_advance"), {"names": adv_names, "next_run_ats": adv_next, "missed": adv_missed}
-        )
+        if adv_names:
+            conn.execute(
+                q("schedule_advance"), {"names": adv_names, "next_run_ats": adv_next, "missed": adv_missed}
+            )
         if result.created:
             conn.execute(q("run_notify"))  # delivered at commit: workers wake at once
     return result
+
+
+def _plan(row: dict[str, Any], catchup_limit: int, lookahead: timedelta) -> Plan:
+    """The plan of one due schedule's row; raises whatever its timing raises."""
+    plan = plan_slots(
+        timing_of(row),
+        row["catchup"],
+        row["next_run_at"],
+        row["db_now"],
+        grace=row["grace"],
+        max_lateness=row["max_lateness"],
+        limit=catchup_limit,
+        max_catchup=row["max_catchup"],
+        lookahead=lookahead,
+    )
+    if plan.next_run_at is None:
+        planned = [*plan.run, *(slot for slot, _ in plan.skipped)]
+        if not planned:
+            raise TimingError(f"{_timing_field(row)}: no slot after {row['next_run_at'].isoformat()}")
+        # Create what was planned; the next tick looks past the last of it and finds nothing.
+        plan.next_run_at = max(planned) + timedelta(microseconds=1)
+    return plan
+
+
+def _timing_field(row: dict[str, Any]) -> str:
+    return "cron" if row["cron"] is not None else "every"
+
+
+def _error_line(e: Exception, row: dict[str, Any]) -> str:
+    """The error as one line that names the field: a TimingError's own text starts with it."""
+    text = str(e) if isinstance(e, TimingError) else f"{_timing_field(row)}: {type(e).__name__}: {e}"
+    return " ".join(text.split())[:500]
