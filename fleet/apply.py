@@ -23,8 +23,8 @@ from psycopg.types.json import Jsonb
 from fleet.errors import ScheduleFileError
 from fleet.keys import APPLY_LOCK
 from fleet.queries import q
-from fleet.schedfile import ScheduleSpec
-from fleet.schedule import describe, first_slot_at_or_after
+from fleet.schedfile import ScheduleSpec, shown
+from fleet.schedule import Timing, TimingError, describe, first_slot_at_or_after
 
 Outcome = Literal["create", "update", "replan", "disable"]
 
@@ -219,9 +219,14 @@ def apply_specs(
         updates: list[tuple[ScheduleSpec, datetime | None]] = []
         recreate: list[str] = []  # runs created ahead go, next_run_at back to the first of them
         replace: list[str] = []  # runs created ahead go, next_run_at re-planned
+        silent: list[str] = []  # timings with no slot in the coming years: refused, nothing written
         for spec in specs:
             if spec.name not in stored:
                 start = spec.start_at if spec.start_at is not None else db_now
+                problem = _never_fires(spec, max(start, db_now), first_slot)
+                if problem:
+                    silent.append(problem)
+                    continue
                 inserts.append((spec, first_slot(spec.timing, start)))
                 result.created.append(spec.name)
                 result.changes.append(Change(spec.name, "create", spec=spec))
@@ -231,6 +236,11 @@ def apply_specs(
                 result.unchanged.append(spec.name)
                 continue
             changes, replan = compared
+            if replan:
+                problem = _never_fires(spec, max(spec.start_at or db_now, db_now), first_slot)
+                if problem:
+                    silent.append(problem)
+                    continue
             nxt = first_slot(spec.timing, db_now + timedelta(microseconds=1)) if replan else None
             updates.append((spec, nxt))
             if replan:
@@ -239,6 +249,8 @@ def apply_specs(
                 recreate.append(spec.name)
             (result.replanned if replan else result.updated).append(spec.name)
             result.changes.append(Change(spec.name, "replan" if replan else "update", changes))
+        if silent:
+            raise ScheduleFileError(silent)
         if prune:
             result.disabled = unwanted
             result.changes.extend(Change(n, "disable") for n in result.disabled)
@@ -257,6 +269,29 @@ def apply_specs(
                     cur.execute(q("slot_withdraw"), {"names": names, "rewind": rewind, "now": now})
         conn.execute(q("schedule_notify"))  # running tickers pick the change up at once
     return result
+
+
+# A timing must have a slot within this long of when it applies (now, or its start_at if later):
+# one that never fires (a cron whose every time falls in a daylight-saving gap, a date no year
+# in reach has) would be accepted and then stay silent for ever.
+FIRES_WITHIN = timedelta(days=3653)
+
+
+def _never_fires(
+    spec: ScheduleSpec, base: datetime, first_slot: Callable[[Timing, datetime], datetime | None]
+) -> str | None:
+    """The problem line when `spec`'s timing has no slot in the FIRES_WITHIN after `base`."""
+    where = f"schedule {shown(spec.name)}"
+    fieldname = "cron" if spec.timing.cron is not None else "every"
+    why = ""
+    try:
+        slot = first_slot(spec.timing, base)
+    except TimingError as e:
+        slot, why = None, f": {str(e).removeprefix(f'{fieldname}: ')}"
+    if slot is None or slot - base > FIRES_WITHIN:
+        when = base.astimezone(UTC).strftime("%Y-%m-%d")
+        return f"{where}: {fieldname}: never fires in the 10 years from {when} ({describe(spec.timing)}){why}"
+    return None
 
 
 # Stored definitions are read this many at a time (a server-side cursor), not all at once: what

@@ -8,16 +8,18 @@ from datetime import datetime, timedelta
 from fleet.schedfile import CatchUp, default_grace
 from fleet.schedule import (
     Timing,
-    first_slot_at_or_after,
     latest_slot_at_or_before,
+    newest_slots_from,
     next_slot,
     nominal_interval,
+    saturating_add,
     slots_and_next,
     slots_between,
 )
 
 # Counting dropped slots is only for the operator's information; past this it stops counting.
 _COUNT_LIMIT = 10_000
+_MICROSECOND = timedelta(microseconds=1)
 
 
 @dataclass
@@ -46,11 +48,15 @@ def plan_slots(
 
     A slot is on time when materialised within `grace` of its time (default min(60 s, interval/2));
     older ones are missed: `skip` drops them, `latest` keeps only the newest when nothing is on time,
-    `all` keeps them all, or with `max_catchup` the newest that many (about: counted in intervals
-    back from the grace period), the older ones counted missed without a row. Any slot kept but older
-    than `max_lateness` is recorded as skipped. Then, once every slot up to `now` is planned, the
-    slots in (now, now + lookahead] are kept too, to be created ahead of their time. At most `limit`
-    slots are handled; when more remain, next_run_at stays within the horizon so the next tick goes on.
+    `all` keeps them all. With `max_catchup`, at most the newest that many slots of [next_run_at, now]
+    are kept, counted as slots whatever the cadence: under `all` of them all, under `skip` and
+    `latest` of the on-time ones (so a long grace cannot create more either); the older ones are
+    counted missed without a row. Any slot kept but older than `max_lateness` is recorded as skipped.
+    Then, once every slot up to `now` is planned, the slots in (now, now + lookahead] are kept too,
+    to be created ahead of their time. At most `limit` slots are handled; when more remain,
+    next_run_at stays within the horizon so the next tick goes on. The work is bounded by `limit`
+    and `max_catchup` slots, and date arithmetic saturates rather than overflowing; a timing that
+    cannot be evaluated raises TimingError.
     """
     plan = _plan_due(
         timing,
@@ -90,38 +96,49 @@ def _plan_due(
     if grace is None:
         grace = default_grace(nominal_interval(timing, now))
     plan = Plan()
+    on_time_from = saturating_add(now, -grace)
     if catchup == "all":
-        if max_catchup is not None:
-            horizon = now - grace - nominal_interval(timing, now) * max_catchup
-            if next_run_at < horizon:
-                # However the slots came to be missed, only the newest max_catchup are caught up.
-                before = horizon - timedelta(microseconds=1)
-                plan.missed = len(slots_between(timing, next_run_at, before, _COUNT_LIMIT))
-                start = first_slot_at_or_after(timing, horizon)
-                if start is None:
-                    return Plan(missed=plan.missed, next_run_at=None)
-                next_run_at = start
-        slots = slots_between(timing, next_run_at, now, limit)
+        # However the slots came to be missed, only the newest max_catchup are caught up.
+        start, plan.missed = _newest(timing, next_run_at, now, max_catchup, limit)
+        slots = slots_between(timing, start, now, limit)
         for s in slots:
             _keep(plan, s, now, max_lateness)
         plan.next_run_at = next_slot(timing, slots[-1]) if slots else next_slot(timing, now)
         return plan
 
-    on_time_from = now - grace
-    on_time = slots_between(timing, max(next_run_at, on_time_from), now, limit)
-    missed_end = on_time[0] if on_time else now
-    missed = [s for s in slots_between(timing, next_run_at, missed_end, _COUNT_LIMIT) if s < on_time_from]
+    # On time: within the grace period, and (a long grace) among the newest max_catchup slots.
+    start, dropped = _newest(timing, max(next_run_at, on_time_from), now, max_catchup, limit)
+    on_time = slots_between(timing, start, now, limit)
+    missed = 0
+    if next_run_at < on_time_from:
+        missed = len(slots_between(timing, next_run_at, on_time_from - _MICROSECOND, _COUNT_LIMIT))
     if catchup == "latest" and missed and not on_time:
-        newest = latest_slot_at_or_before(timing, on_time_from) or missed[-1]
-        _keep(plan, newest, now, max_lateness)
-        plan.missed = len(missed) - 1
-    else:
-        plan.missed = len(missed)
+        newest = latest_slot_at_or_before(timing, on_time_from - _MICROSECOND)
+        if newest is not None and newest >= next_run_at:
+            _keep(plan, newest, now, max_lateness)
+            missed -= 1
+    plan.missed = missed + dropped
     for s in on_time:
         _keep(plan, s, now, max_lateness)
     last = on_time[-1] if len(on_time) == limit else now
     plan.next_run_at = next_slot(timing, last)
     return plan
+
+
+def _newest(
+    timing: Timing, start: datetime, now: datetime, max_catchup: int | None, limit: int
+) -> tuple[datetime, int]:
+    """Where the newest `max_catchup` slots in [start, now] begin, and how many come before them.
+
+    Counted in slots, whatever the cadence. The first `limit` slots are walked anyway by the plan;
+    only a range holding more than that many (and than max_catchup) is counted from its end.
+    """
+    if max_catchup is None:
+        return start, 0
+    head = slots_between(timing, start, now, min(limit, max_catchup) + 1)
+    if len(head) <= min(limit, max_catchup):
+        return start, 0
+    return newest_slots_from(timing, start, now, max_catchup)
 
 
 def _keep(plan: Plan, slot: datetime, now: datetime, max_lateness: timedelta | None) -> None:

@@ -67,13 +67,13 @@ def run_get(conn: psycopg.Connection[Any], name: str, slot: datetime) -> dict[st
 def why_no_run(schedule: dict[str, Any], slot: datetime) -> str:
     """What to say about a slot without a run: that it is one of the schedule's slots, or the
     schedule's slots nearest to it before and after."""
-    from fleet.schedule import TimingError, latest_slot_at_or_before, next_slot, timing_of
+    from fleet.schedule import latest_slot_at_or_before, next_slot, timing_of
 
     try:
         timing = timing_of(schedule)
         before = latest_slot_at_or_before(timing, slot)
         after = next_slot(timing, slot)
-    except (TimingError, ValueError):
+    except Exception:  # noqa: BLE001 - a hint only: a timing that cannot be evaluated gives none
         return ""
     if before == slot:
         return ": it is a slot of the schedule, whose run was not created (yet) or was pruned"
@@ -129,7 +129,7 @@ def _cadence(timing: tuple[Any, ...], now: datetime, known: Cadences) -> float |
     whose cadence the database has not stored for now (the roll-up has not reached it yet), evaluated
     once per distinct timing in `known`."""
     if timing not in known:
-        from fleet.schedule import TimingError, nominal_interval, timing_of
+        from fleet.schedule import nominal_interval, timing_of
 
         cron, timezone, start_at, dst_repeated, dst_missing = timing
         row = {
@@ -142,7 +142,7 @@ def _cadence(timing: tuple[Any, ...], now: datetime, known: Cadences) -> float |
         }
         try:
             known[timing] = nominal_interval(timing_of(row), now).total_seconds()
-        except (TimingError, ValueError):
+        except Exception:  # noqa: BLE001 - one schedule's timing never stops a read of every schedule's health
             known[timing] = None
     return known[timing]
 

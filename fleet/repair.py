@@ -18,7 +18,7 @@ from fleet.errors import RequestError, RunStateError, UnknownSchedule
 from fleet.inspect import aware, run_get, schedule_get
 from fleet.queries import q
 from fleet.results import Triggered
-from fleet.schedule import first_slot_at_or_after, timing_of
+from fleet.schedule import TimingError, first_slot_at_or_after, timing_of
 
 
 def _is_discarded(run: dict[str, Any]) -> bool:
@@ -167,7 +167,13 @@ def schedule_resume(
             raise UnknownSchedule([schedule])
         if row["paused_at"] is None:
             return None
-        nxt = first_slot_at_or_after(timing_of(row), row["db_now"])
+        try:
+            nxt = first_slot_at_or_after(timing_of(row), row["db_now"])
+        except TimingError:
+            nxt = None
+        if nxt is None:
+            # No slot to plan: the ticker evaluates it from now and marks it broken, with the reason.
+            nxt = row["db_now"]
         conn.execute(q("schedule_resume"), {"name": schedule, "next_run_at": nxt, "now": now})
         conn.execute(q("schedule_note"), {"name": schedule, "note": note})
         conn.execute(q("schedule_notify"))  # tickers re-read their next wake-up at once

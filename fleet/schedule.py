@@ -45,8 +45,10 @@ __all__ = [
     "describe",
     "first_slot_at_or_after",
     "latest_slot_at_or_before",
+    "newest_slots_from",
     "next_slot",
     "nominal_interval",
+    "saturating_add",
     "cadence_run",
     "cadence_slots",
     "parse_duration",
@@ -60,6 +62,15 @@ Repeated = Literal["first", "last"]
 Missing = Literal["shift", "skip"]
 
 _MICROSECOND: Final = timedelta(microseconds=1)
+_SECOND: Final = timedelta(seconds=1)
+_EARLIEST: Final = datetime.min.replace(tzinfo=UTC)
+_LATEST: Final = datetime.max.replace(tzinfo=UTC)
+# A cron walk gives up after this many matching wall times in a row that yield no slot (each falls
+# in a daylight-saving gap under dst_missing = "skip", or shifts onto a slot already given): a
+# timing that fires only inside gaps would otherwise be walked to year 9999 at every evaluation.
+# Each gap costs one wall time, however many of the expression's times it holds, so a timing that
+# fires at all meets far fewer in a row (one per gap between two of its slots).
+IDLE_CANDIDATES: Final = 200
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_CRON_LENGTH: Final = 200
 _MAX_DURATION_LENGTH: Final = 100
@@ -224,7 +235,8 @@ def next_slot(t: Timing, after: datetime) -> datetime | None:
 
 def first_slot_at_or_after(t: Timing, at: datetime) -> datetime | None:
     """The first slot at or after `at`, in UTC; ``None`` if there is none."""
-    return next(_plan(t).after(_utc(at, "at") - _MICROSECOND), None)
+    moment = _utc(at, "at")
+    return next(_plan(t).after(saturating_add(moment, -_MICROSECOND)), None) if moment > _EARLIEST else None
 
 
 def latest_slot_at_or_before(t: Timing, at: datetime) -> datetime | None:
@@ -233,6 +245,55 @@ def latest_slot_at_or_before(t: Timing, at: datetime) -> datetime | None:
     For cron schedules the search reaches back 50 years at most.
     """
     return _plan(t).latest(_utc(at, "at"))
+
+
+def newest_slots_from(t: Timing, start: datetime, end: datetime, count: int) -> tuple[datetime, int]:
+    """Where the newest `count` slots in ``[start, end]`` begin, and how many slots of that range
+    come before them: ``(start, 0)`` when the range holds at most `count` slots.
+
+    Interval schedules are counted exactly, at no cost in their number of slots. For cron schedules
+    the walk goes back from `end` at most ``count + 1`` slots, and the slots dropped are counted up
+    to `count_limit` (:data:`DROPPED_COUNT_LIMIT`), the rest being left uncounted.
+    """
+    if count < 1:
+        raise ValueError("count must be positive")
+    first, last = _utc(start, "start"), _utc(end, "end")
+    if first > last:
+        return first, 0
+    plan = _plan(t)
+    if isinstance(plan, _IntervalPlan):
+        high = plan._index(last)
+        total = high - plan._index_before(first)
+        if total <= count:
+            return first, 0
+        begin = plan._slot(high - count + 1)
+        return (first, 0) if begin is None else (begin, total - count)
+    # Slots are whole seconds apart at least: a range shorter than `count` seconds fits.
+    if (last - first) // _SECOND + 1 <= count:
+        return first, 0
+    newest: datetime | None = None
+    for n, slot in enumerate(plan.before(last), start=1):
+        if slot < first:
+            return first, 0
+        if n == count:
+            newest = slot
+        elif n > count:
+            assert newest is not None
+            dropped = slots_between(t, first, newest - _MICROSECOND, DROPPED_COUNT_LIMIT)
+            return newest, len(dropped)
+    return first, 0
+
+
+# How many dropped cron slots newest_slots_from counts: only for the operator's information.
+DROPPED_COUNT_LIMIT: Final = 10_000
+
+
+def saturating_add(at: datetime, delta: timedelta) -> datetime:
+    """``at + delta``, held at the first or last representable instant instead of overflowing."""
+    try:
+        return at + delta
+    except OverflowError:
+        return _LATEST if delta > timedelta(0) else _EARLIEST
 
 
 def slots_between(t: Timing, start: datetime, end: datetime, limit: int) -> list[datetime]:
@@ -375,6 +436,10 @@ class _IntervalPlan:
         """The largest k with anchor + k * every <= at."""
         return ((at - self.anchor) // _MICROSECOND) // (self.every // _MICROSECOND)
 
+    def _index_before(self, at: datetime) -> int:
+        """The largest k with anchor + k * every < at."""
+        return ((at - self.anchor) // _MICROSECOND - 1) // (self.every // _MICROSECOND)
+
     def _slot(self, index: int) -> datetime | None:
         try:
             return self.anchor + index * self.every
@@ -391,6 +456,13 @@ class _IntervalPlan:
     def latest(self, at: datetime) -> datetime | None:
         """The last slot at or before `at`."""
         return self._slot(self._index(at))
+
+    def before(self, at: datetime) -> Iterator[datetime]:
+        """Slots at or before `at`, descending."""
+        index = self._index(at)
+        while (slot := self._slot(index)) is not None:
+            yield slot
+            index -= 1
 
 
 @dataclass(frozen=True)
@@ -420,19 +492,29 @@ class _CronPlan:
         the wall clock while the matching wall times occur once: both rules place such a wall time
         on the same instant and skip one inside a gap, so merging two walks would only see every
         slot twice. At the first repeated wall time the two walks take over from the last slot."""
-        wall = at.astimezone(self.tz).replace(tzinfo=None, fold=0)
+        start = at.astimezone(self.tz).replace(tzinfo=None, fold=0)
         floor = at
+        idle = _Idle(self, at)
         try:
-            for candidate in CronSim(self.expr, wall):
-                first, last = _instants(self.tz, candidate)
-                if first > last:
-                    continue  # inside a gap: skipped under both rules
-                if first < last:
-                    yield from self._merged(floor)
+            while True:
+                for candidate in CronSim(self.expr, start):
+                    first, last = _instants(self.tz, candidate)
+                    if first > last:
+                        # inside a gap: skipped under both rules, and so is the rest of the gap
+                        idle.count()
+                        start = _gap_end_wall(self.tz, first, last) - _SECOND
+                        break
+                    if first < last:
+                        yield from self._merged(floor)
+                        return
+                    if first > floor:
+                        yield first
+                        floor = first
+                        idle.reset()
+                    else:
+                        idle.count()
+                else:
                     return
-                if first > floor:
-                    yield first
-                    floor = first
         except OverflowError:
             return
 
@@ -446,6 +528,15 @@ class _CronPlan:
                 return slot
         found = [slot for rule in self.rules if (slot := self._latest(at, *rule)) is not None]
         return max(found, default=None)
+
+    def before(self, at: datetime) -> Iterator[datetime]:
+        """Slots at or before `at`, strictly descending."""
+        ceiling: datetime | None = None
+        walks = (self._before(at, *rule) for rule in self.rules)
+        for slot in heapq.merge(*walks, reverse=True):
+            if ceiling is None or slot < ceiling:
+                yield slot
+                ceiling = slot
 
     # cronsim is handed naive local wall-clock time, so it only does calendar arithmetic; placing
     # wall times on the UTC time line is done here, by _place. Under one rule _place never
@@ -466,17 +557,33 @@ class _CronPlan:
                 # The whole repeated stretch is placed at its second pass, still ahead.
                 start = span_start - _MICROSECOND
         floor = at
+        idle = _Idle(self, at)
         try:
-            for candidate in CronSim(self.expr, start):
-                slot = _place(self.tz, candidate, repeated, missing)
-                # Several wall times in a gap may shift onto the same instant.
-                if slot is not None and slot > floor:
-                    yield slot
-                    floor = slot
+            while True:
+                for candidate in CronSim(self.expr, start):
+                    first, last = _instants(self.tz, candidate)
+                    slot = _place_instants(self.tz, first, last, repeated, missing)
+                    # Several wall times in a gap may shift onto the same instant.
+                    if slot is not None and slot > floor:
+                        yield slot
+                        floor = slot
+                        idle.reset()
+                    else:
+                        idle.count()
+                    if first > last:
+                        # The rest of the gap gives no other slot: walk on from its end.
+                        start = _gap_end_wall(self.tz, first, last) - _SECOND
+                        break
+                else:
+                    return
         except OverflowError:
             return
 
     def _latest(self, at: datetime, repeated: Repeated, missing: Missing) -> datetime | None:
+        return next(self._before(at, repeated, missing), None)
+
+    def _before(self, at: datetime, repeated: Repeated, missing: Missing) -> Iterator[datetime]:
+        """Slots at or before `at` under one rule, strictly descending."""
         local = at.astimezone(self.tz)
         wall = local.replace(tzinfo=None, fold=0)
         end = wall + _MICROSECOND  # cronsim yields wall times strictly before this
@@ -487,14 +594,27 @@ class _CronPlan:
                 end = span_end
             elif repeated == "last" and local.fold == 0:
                 end = span_start
+        ceiling = saturating_add(at, _MICROSECOND)
+        idle = _Idle(self, at)
         try:
-            for candidate in CronSim(self.expr, end, reverse=True):
-                slot = _place(self.tz, candidate, repeated, missing)
-                if slot is not None and slot <= at:
-                    return slot
+            while True:
+                for candidate in CronSim(self.expr, end, reverse=True):
+                    first, last = _instants(self.tz, candidate)
+                    slot = _place_instants(self.tz, first, last, repeated, missing)
+                    if slot is not None and slot < ceiling:
+                        yield slot
+                        ceiling = slot
+                        idle.reset()
+                    else:
+                        idle.count()
+                    if first > last:
+                        # The rest of the gap gives no other slot: walk on from its start.
+                        end = _gap_start_wall(self.tz, first, last)
+                        break
+                else:
+                    return
         except OverflowError:
-            pass
-        return None
+            return
 
 
 @lru_cache(maxsize=4096)
@@ -609,12 +729,52 @@ def _repeated_span(
 def _place(tz: ZoneInfo, wall: datetime, repeated: Repeated, missing: Missing) -> datetime | None:
     """The slot for matching wall time `wall` under the given DST rule, or None if it has none."""
     first, last = _instants(tz, wall)
+    return _place_instants(tz, first, last, repeated, missing)
+
+
+def _place_instants(
+    tz: ZoneInfo, first: datetime, last: datetime, repeated: Repeated, missing: Missing
+) -> datetime | None:
+    """`_place` of a wall time given its two readings (`_instants`)."""
     if first <= last:
         return first if repeated == "first" else last
     if missing == "skip":
         return None
     # `last` is before the gap and `first` after it; the first valid instant is where it ends.
     return _transition(tz, last, first)
+
+
+def _gap_end_wall(tz: ZoneInfo, first: datetime, last: datetime) -> datetime:
+    """The naive wall time at which the gap holding a wall time (read as `first` and `last`) ends:
+    the first wall time after it that exists."""
+    return _transition(tz, last, first).astimezone(tz).replace(tzinfo=None)
+
+
+def _gap_start_wall(tz: ZoneInfo, first: datetime, last: datetime) -> datetime:
+    """The naive wall time at which the gap holding a wall time (read as `first` and `last`)
+    starts: the first that does not exist."""
+    change = _transition(tz, last, first)
+    return (change - _SECOND).astimezone(tz).replace(tzinfo=None) + _SECOND
+
+
+class _Idle:
+    """Counts the matching wall times of a walk that gave no slot in a row, up to IDLE_CANDIDATES."""
+
+    __slots__ = ("at", "n", "plan")
+
+    def __init__(self, plan: _CronPlan, at: datetime) -> None:
+        self.plan, self.at, self.n = plan, at, 0
+
+    def reset(self) -> None:
+        self.n = 0
+
+    def count(self) -> None:
+        self.n += 1
+        if self.n > IDLE_CANDIDATES:
+            raise TimingError(
+                f"cron: its next {IDLE_CANDIDATES} times from {_iso(self.at)} all fall in"
+                f" daylight-saving gaps of {self.plan.tz.key}"
+            )
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from fleet.errors import UsageError
 from fleet.ops.connection import client, db
 from fleet.ops.targets import iso, parse_age, parse_count, parse_instant, schedule_row
 from fleet.queries import q
-from fleet.schedule import slots_between, timing_of
+from fleet.schedule import TimingError, slots_between, timing_of
 
 # A backfill larger than this is refused: it would flood the workers (narrow the range instead).
 MAX_BACKFILL_SLOTS = 10_000
@@ -61,7 +61,10 @@ def slot_backfill(
         raise UsageError(f"--from {iso(start)} is after --to {iso(end)}")
     if end > row["db_now"]:
         raise UsageError(f"--to {iso(end)} is in the future: backfill creates past slots only")
-    slots = slots_between(timing_of(row), start, end, MAX_BACKFILL_SLOTS + 1)
+    try:
+        slots = slots_between(timing_of(row), start, end, MAX_BACKFILL_SLOTS + 1)
+    except TimingError as e:
+        raise UsageError(f"{schedule}: {e}") from None
     if len(slots) > MAX_BACKFILL_SLOTS:
         raise UsageError(
             f"{schedule} has more than {MAX_BACKFILL_SLOTS} slots from {iso(start)} to {iso(end)}: "

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from fleet.catchup import plan_slots
 from fleet.schedfile import CatchUp
@@ -81,13 +84,13 @@ def test_a_week_of_one_second_slots_under_skip_is_cheap() -> None:
 
 def test_all_catches_up_at_most_max_catchup_slots_however_long_ago_they_were() -> None:
     # a start_at typo a year back, every second, under `all`: the newest 100 slots are run, the
-    # others counted missed (up to the counting limit), not created
+    # others counted missed (exactly, for an interval), not created
     every1s = Timing(every=timedelta(seconds=1))
     now = T + timedelta(seconds=0.2)
     plan = plan_slots(every1s, "all", T - timedelta(days=365), now, grace=None, max_lateness=None,
                       limit=1000, max_catchup=100)  # fmt: skip
-    assert 99 <= len(plan.run) <= 101 and plan.run[-1] == T
-    assert plan.missed == 10_000  # counted up to the limit
+    assert len(plan.run) == 100 and plan.run[-1] == T
+    assert plan.missed == 365 * 86400 + 1 - 100
     assert plan.next_run_at == T + timedelta(seconds=1)
     # within the bound nothing changes: the outage example still runs its three slots
     plan = plan_slots(Q, "all", at(15), at(52), grace=None, max_lateness=None, limit=100, max_catchup=3)
@@ -138,3 +141,57 @@ def test_the_limit_bounds_past_and_ahead_together_and_the_past_goes_first() -> N
     assert plain.run == [T + timedelta(seconds=k) for k in range(6)] and plain.next_run_at == T + timedelta(
         seconds=6
     )
+
+
+# -- the far ends of what apply accepts ------------------------------------------------------------
+
+NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+
+
+def test_a_leap_day_cron_caught_up_from_years_back_does_not_overflow() -> None:
+    leap = Timing(cron="0 0 29 2 *")
+    plan = plan_slots(leap, "all", datetime(2004, 2, 29, tzinfo=UTC), NOW, grace=None, max_lateness=None,
+                      limit=1000, max_catchup=1000)  # fmt: skip
+    assert plan.run == [datetime(y, 2, 29, tzinfo=UTC) for y in range(2004, 2025, 4)]
+    assert plan.next_run_at == datetime(2028, 2, 29, tzinfo=UTC)
+
+
+def test_the_longest_interval_caught_up_from_1970_does_not_overflow() -> None:
+    decade = Timing(every=timedelta(days=3660), anchor=datetime(1970, 1, 1, tzinfo=UTC))
+    plan = plan_slots(decade, "all", datetime(1970, 1, 1, tzinfo=UTC), NOW, grace=None, max_lateness=None,
+                      limit=1000, max_catchup=2)  # fmt: skip
+    assert len(plan.run) == 2 and plan.missed == 4 and plan.next_run_at is not None
+
+
+def test_max_catchup_counts_slots_not_intervals_at_now() -> None:
+    # dense in September and October, absent now: the newest 500 slots, those of 31 October
+    autumn = Timing(cron="* * * 9-10 *")
+    plan = plan_slots(autumn, "all", datetime(1990, 9, 1, tzinfo=UTC), NOW, grace=None, max_lateness=None,
+                      limit=1000, max_catchup=500)  # fmt: skip
+    assert len(plan.run) == 500
+    assert plan.run[-1] == datetime(2026, 10, 31, 23, 59, tzinfo=UTC)
+    assert plan.run[0] == plan.run[-1] - timedelta(minutes=499)
+    assert plan.missed == 10_000  # counted up to the counting limit (cron)
+
+
+def test_a_long_grace_creates_at_most_max_catchup_slots() -> None:
+    sec = Timing(every=timedelta(seconds=1))
+    total = 0
+    nxt = datetime(2020, 1, 1, tzinfo=UTC)
+    for _ in range(5):  # ticks at the same instant until nothing more is due
+        plan = plan_slots(sec, "skip", nxt, NOW, grace=timedelta(days=3660), max_lateness=None,
+                          limit=100, max_catchup=250)  # fmt: skip
+        total += len(plan.run)
+        assert plan.next_run_at is not None
+        nxt = plan.next_run_at
+    assert total == 250 and nxt == NOW + timedelta(seconds=1)
+
+
+def test_a_cron_firing_only_in_daylight_saving_gaps_raises_at_once() -> None:
+    from fleet.schedule import TimingError
+
+    gap = Timing(cron="30 2 * 3 0#2", timezone="America/New_York", dst_missing="skip")
+    start = time.process_time()
+    with pytest.raises(TimingError, match="^cron: .*daylight-saving gaps of America/New_York$"):
+        plan_slots(gap, "latest", NOW, NOW + timedelta(days=400), grace=None, max_lateness=None, limit=10)
+    assert time.process_time() - start < 0.2
