@@ -54,6 +54,7 @@ CREATE TABLE fleet.job_runs (
     trace_id text,
     span_id text,
     traced boolean NOT NULL DEFAULT false,
+    CONSTRAINT job_runs_finite_times CHECK ((isfinite(scheduled_for) AND isfinite(run_after) AND isfinite(locked_until) AND isfinite(started_at) AND isfinite(finished_at))) NOT VALID,
     CONSTRAINT job_runs_origin_check CHECK ((origin = ANY (ARRAY['schedule'::text, 'trigger'::text, 'backfill'::text]))),
     CONSTRAINT job_runs_schedule_name_fkey FOREIGN KEY (schedule_name) REFERENCES fleet.schedules(name) ON DELETE CASCADE,
     CONSTRAINT job_runs_pkey PRIMARY KEY (schedule_name, scheduled_for)
@@ -149,6 +150,7 @@ CREATE TABLE fleet.schedules (
     CONSTRAINT schedules_dst_missing_check CHECK ((dst_missing = ANY (ARRAY['shift'::text, 'skip'::text]))),
     CONSTRAINT schedules_dst_repeated_check CHECK ((dst_repeated = ANY (ARRAY['first'::text, 'last'::text]))),
     CONSTRAINT schedules_every_check CHECK ((every > '00:00:00'::interval)),
+    CONSTRAINT schedules_finite_times CHECK ((isfinite(next_run_at) AND isfinite(start_at) AND isfinite(paused_at) AND isfinite(broken_at))) NOT VALID,
     CONSTRAINT schedules_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT schedules_max_catchup_check CHECK (((max_catchup >= 1) AND (max_catchup <= 100000))),
     CONSTRAINT schedules_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$'::text)),

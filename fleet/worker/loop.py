@@ -651,6 +651,15 @@ class Worker:
                     self.wake.wait(_BORROW_S)
             except PoolTimeout as e:
                 self._unavailable(e)
+            except Exception as e:  # noqa: BLE001 - one round that fails never ends the claim loop
+                # A claim it rolled back is claimable again; runs it claimed but did not start are
+                # taken over when their leases end, as after a crash, but the worker serves on.
+                self._erred = True
+                if self._error_log.due():
+                    error = f"{type(e).__name__}: {describe(e)}"
+                    logs.event("worker_error", worker_id=self.settings.worker_id, error=error)
+                if not self.stop.is_set():
+                    self.wake.wait(_BORROW_S)
             if self._stopping_without_database():
                 return
 

@@ -199,3 +199,21 @@ def test_a_start_at_far_ahead_is_measured_from_its_start(conn: psycopg.Connectio
     assert scalar(conn, "SELECT next_run_at FROM fleet.schedules") == datetime(
         3004, 2, 29, tzinfo=UTC
     )  # 3000 is no leap year
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE fleet.schedules SET next_run_at = 'infinity'",
+        "UPDATE fleet.schedules SET paused_at = '-infinity'",
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, run_after)"
+        " VALUES ('s', 'infinity', 'noop', now())",
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, run_after)"
+        " VALUES ('s', now(), 'noop', '-infinity')",
+    ],
+)
+def test_no_run_or_schedule_can_hold_an_infinite_time(conn: psycopg.Connection[Any], sql: str) -> None:
+    # A claim could not decode such a run (and would fail at every round), a reader such a schedule.
+    apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1m"\njob = "noop"\n', now=NOW)
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute(sql)

@@ -59,7 +59,14 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
     assert "hashed SubPlan" in skipped and "Nested Loop Anti Join" not in skipped, skipped
 
     due = plan(
-        big, "schedule_due", {"now": T0 + timedelta(hours=2), "lookahead": timedelta(minutes=1), "limit": 100}
+        big,
+        "schedule_due",
+        {
+            "now": T0 + timedelta(hours=2),
+            "lookahead": timedelta(minutes=1),
+            "limit": 100,
+            "retry_broken": timedelta(minutes=10),
+        },
     )
     assert "schedules_due" in due and "Seq Scan on fleet.schedules" not in due, due
     withdraw = plan(big, "slot_withdraw", {"names": ["s1"], "rewind": True, "now": T0})
