@@ -825,6 +825,7 @@ def _accepts(expr: str, tz: str) -> bool:
 )
 @example(expr="0 0 30 12 *", tz="Pacific/Apia", rules=("first", "shift"), year=2011, which=1, lead=60)
 @example(expr="30 2 * * *", tz="America/New_York", rules=("first", "skip"), year=2026, which=0, lead=600)
+@example(expr="* 2 * 3 0#2", tz="America/New_York", rules=("first", "skip"), year=2011, which=0, lead=0)
 @example(expr="* 2 8-14 3 0", tz="America/New_York", rules=("last", "skip"), year=2026, which=0, lead=600)
 @example(expr="0,30 * * * *", tz="Australia/Lord_Howe", rules=("last", "shift"), year=2026, which=0, lead=120)
 def test_cron_slots_around_a_dst_change_match_an_enumeration(
