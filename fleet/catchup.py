@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from fleet.schedfile import CatchUp, default_grace
+from fleet.schedfile import MAX_GRACE, CatchUp, default_grace
 from fleet.schedule import (
     Timing,
+    TimingError,
     latest_slot_at_or_before,
     newest_slots_from,
     next_slot,
@@ -72,7 +73,12 @@ def plan_slots(
     room = limit - len(plan.run) - len(plan.skipped)
     # Slots ahead only after the past is done: a catch-up cut short by the limit goes first.
     if nxt is not None and nxt > now and lookahead and room > 0:
-        ahead, after = slots_and_next(timing, nxt, now + lookahead, room)
+        try:
+            ahead, after = slots_and_next(timing, nxt, now + lookahead, room)
+        except TimingError:
+            ahead, after = slots_between(timing, nxt, now + lookahead, room), None
+            if ahead:
+                after = ahead[-1] + _MICROSECOND  # looked past the last of them again next tick
         if ahead:
             plan.run.extend(ahead)
             plan.next_run_at = after
@@ -94,7 +100,10 @@ def _plan_due(
     if next_run_at > now:
         return Plan(next_run_at=next_run_at)
     if grace is None:
-        grace = default_grace(nominal_interval(timing, now))
+        try:
+            grace = default_grace(nominal_interval(timing, now))
+        except TimingError:
+            grace = MAX_GRACE  # no cadence around now (no slot left): its missed slots still count
     plan = Plan()
     on_time_from = saturating_add(now, -grace)
     if catchup == "all":
@@ -103,7 +112,7 @@ def _plan_due(
         slots = slots_between(timing, start, now, limit)
         for s in slots:
             _keep(plan, s, now, max_lateness)
-        plan.next_run_at = next_slot(timing, slots[-1]) if slots else next_slot(timing, now)
+        plan.next_run_at = _next_slot(timing, slots[-1] if slots else now)
         return plan
 
     # On time: within the grace period, and (a long grace) among the newest max_catchup slots.
@@ -121,8 +130,17 @@ def _plan_due(
     for s in on_time:
         _keep(plan, s, now, max_lateness)
     last = on_time[-1] if len(on_time) == limit else now
-    plan.next_run_at = next_slot(timing, last)
+    plan.next_run_at = _next_slot(timing, last)
     return plan
+
+
+def _next_slot(timing: Timing, after: datetime) -> datetime | None:
+    """The next slot, or None when there is none to be found: the slots planned so far are kept
+    (the ticker marks the schedule broken once nothing is left to plan)."""
+    try:
+        return next_slot(timing, after)
+    except TimingError:
+        return None
 
 
 def _newest(

@@ -272,7 +272,7 @@ def newest_slots_from(t: Timing, start: datetime, end: datetime, count: int) -> 
     if (last - first) // _SECOND + 1 <= count:
         return first, 0
     newest: datetime | None = None
-    for n, slot in enumerate(plan.before(last), start=1):
+    for n, slot in enumerate(plan.before(last, first), start=1):
         if slot < first:
             return first, 0
         if n == count:
@@ -304,7 +304,7 @@ def slots_between(t: Timing, start: datetime, end: datetime, limit: int) -> list
     slots: list[datetime] = []
     if limit == 0 or first > last:
         return slots
-    for slot in _plan(t).after(first - _MICROSECOND):
+    for slot in _plan(t).after(first - _MICROSECOND, last):
         if slot > last:
             break
         slots.append(slot)
@@ -446,8 +446,8 @@ class _IntervalPlan:
         except OverflowError:
             return None
 
-    def after(self, at: datetime) -> Iterator[datetime]:
-        """Slots strictly after `at`, ascending."""
+    def after(self, at: datetime, until: datetime = _LATEST) -> Iterator[datetime]:
+        """Slots strictly after `at`, ascending (`until` is for the cron walk's sake)."""
         index = self._index(at) + 1
         while (slot := self._slot(index)) is not None:
             yield slot
@@ -457,8 +457,8 @@ class _IntervalPlan:
         """The last slot at or before `at`."""
         return self._slot(self._index(at))
 
-    def before(self, at: datetime) -> Iterator[datetime]:
-        """Slots at or before `at`, descending."""
+    def before(self, at: datetime, since: datetime = _EARLIEST) -> Iterator[datetime]:
+        """Slots at or before `at`, descending (`since` is for the cron walk's sake)."""
         index = self._index(at)
         while (slot := self._slot(index)) is not None:
             yield slot
@@ -473,21 +473,23 @@ class _CronPlan:
     # of repeated wall times for cadence expressions.
     rules: tuple[tuple[Repeated, Missing], ...]
 
-    def after(self, at: datetime) -> Iterator[datetime]:
-        """Slots strictly after `at`, strictly ascending."""
+    def after(self, at: datetime, until: datetime = _LATEST) -> Iterator[datetime]:
+        """Slots strictly after `at`, strictly ascending. The walk may end at the first slot after
+        `until` (the caller looks no further): matching times that give no slot past it are not
+        walked, so that a bounded range costs its own times, not a search for the next slot."""
         if len(self.rules) == 2 and _once(self.tz, at):
-            yield from self._after_once(at)
+            yield from self._after_once(at, until)
             return
-        yield from self._merged(at)
+        yield from self._merged(at, until)
 
-    def _merged(self, at: datetime) -> Iterator[datetime]:
+    def _merged(self, at: datetime, until: datetime = _LATEST) -> Iterator[datetime]:
         floor = at
-        for slot in heapq.merge(*(self._after(at, *rule) for rule in self.rules)):
+        for slot in heapq.merge(*(self._after(at, until, *rule) for rule in self.rules)):
             if slot > floor:
                 yield slot
                 floor = slot
 
-    def _after_once(self, at: datetime) -> Iterator[datetime]:
+    def _after_once(self, at: datetime, until: datetime) -> Iterator[datetime]:
         """`after` for a cadence expression (both readings of repeated wall times), in one walk of
         the wall clock while the matching wall times occur once: both rules place such a wall time
         on the same instant and skip one inside a gap, so merging two walks would only see every
@@ -499,13 +501,15 @@ class _CronPlan:
             while True:
                 for candidate in CronSim(self.expr, start):
                     first, last = _instants(self.tz, candidate)
+                    if min(first, last) > until:
+                        return
                     if first > last:
                         # inside a gap: skipped under both rules, and so is the rest of the gap
                         idle.count()
                         start = _gap_end_wall(self.tz, first, last) - _SECOND
                         break
                     if first < last:
-                        yield from self._merged(floor)
+                        yield from self._merged(floor, until)
                         return
                     if first > floor:
                         yield first
@@ -529,10 +533,11 @@ class _CronPlan:
         found = [slot for rule in self.rules if (slot := self._latest(at, *rule)) is not None]
         return max(found, default=None)
 
-    def before(self, at: datetime) -> Iterator[datetime]:
-        """Slots at or before `at`, strictly descending."""
+    def before(self, at: datetime, since: datetime = _EARLIEST) -> Iterator[datetime]:
+        """Slots at or before `at`, strictly descending; the walk may end at the first slot before
+        `since` (as `after` does at `until`)."""
         ceiling: datetime | None = None
-        walks = (self._before(at, *rule) for rule in self.rules)
+        walks = (self._before(at, *rule, since=since) for rule in self.rules)
         for slot in heapq.merge(*walks, reverse=True):
             if ceiling is None or slot < ceiling:
                 yield slot
@@ -543,7 +548,9 @@ class _CronPlan:
     # decreases as the wall time increases, which is what lets both walks below stop at the
     # first fitting wall time.
 
-    def _after(self, at: datetime, repeated: Repeated, missing: Missing) -> Iterator[datetime]:
+    def _after(
+        self, at: datetime, until: datetime, repeated: Repeated, missing: Missing
+    ) -> Iterator[datetime]:
         local = at.astimezone(self.tz)
         wall = local.replace(tzinfo=None, fold=0)
         start = wall  # cronsim yields wall times strictly after this
@@ -562,6 +569,8 @@ class _CronPlan:
             while True:
                 for candidate in CronSim(self.expr, start):
                     first, last = _instants(self.tz, candidate)
+                    if min(first, last) > until:
+                        return
                     slot = _place_instants(self.tz, first, last, repeated, missing)
                     # Several wall times in a gap may shift onto the same instant.
                     if slot is not None and slot > floor:
@@ -582,7 +591,9 @@ class _CronPlan:
     def _latest(self, at: datetime, repeated: Repeated, missing: Missing) -> datetime | None:
         return next(self._before(at, repeated, missing), None)
 
-    def _before(self, at: datetime, repeated: Repeated, missing: Missing) -> Iterator[datetime]:
+    def _before(
+        self, at: datetime, repeated: Repeated, missing: Missing, since: datetime = _EARLIEST
+    ) -> Iterator[datetime]:
         """Slots at or before `at` under one rule, strictly descending."""
         local = at.astimezone(self.tz)
         wall = local.replace(tzinfo=None, fold=0)
@@ -600,6 +611,8 @@ class _CronPlan:
             while True:
                 for candidate in CronSim(self.expr, end, reverse=True):
                     first, last = _instants(self.tz, candidate)
+                    if max(first, last) < since:
+                        return
                     slot = _place_instants(self.tz, first, last, repeated, missing)
                     if slot is not None and slot < ceiling:
                         yield slot
