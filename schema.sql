@@ -83,6 +83,9 @@ CREATE TABLE fleet.processes (
     running integer NOT NULL DEFAULT 0,
     started_at timestamp with time zone NOT NULL DEFAULT now(),
     seen_at timestamp with time zone NOT NULL DEFAULT now(),
+    crashes integer NOT NULL DEFAULT 0,
+    crashed_at timestamp with time zone,
+    last_error text,
     CONSTRAINT fleet_processes_kind_check CHECK ((kind = ANY (ARRAY['ticker'::text, 'worker'::text]))),
     CONSTRAINT fleet_processes_pkey PRIMARY KEY (id)
 );

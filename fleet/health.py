@@ -2,31 +2,67 @@
 
 The three numbers an operator alerts on are the time since the last success (measured against the
 schedule's own cadence), the dead runs waiting for an operator, and the age of the oldest due
-pending run. From them, and from the schedule's state, comes one verdict:
+pending run. From them, from the schedule's state and from the fleet's tickers comes one verdict:
 
-    DEAD       dead runs > 0, until an operator retries or discards them (a later success does not
-               hide them)
-    NO-WORKER  open runs whose job no live worker has registered
-    BACKLOG    the oldest due pending run has waited longer than one interval
-    LATE       no success for more than two intervals
-    PAUSED     paused by an operator (`fleetctl pause`): expected to be quiet, so not LATE
-    DISABLED   no longer in the schedules file (`fleetctl apply --prune`): likewise
-    OK         none of the above
+    BROKEN           the schedule's timing cannot be evaluated (the ticker marked it, with its
+                     error, and skips it until it is changed or evaluates again)
+    DEAD             dead runs > 0, until an operator retries or discards them (a later success
+                     does not hide them)
+    NO-TICKER        no live ticker: no ticker seen within the staleness limit (60 s), so no slot
+                     is created (fleet-wide: every enabled, unpaused schedule has it)
+    TICKER-CRASHING  a ticker recorded an unexpected error within the last few minutes (likewise
+                     fleet-wide)
+    NO-WORKER        open runs whose job no live worker has registered
+    BACKLOG          the oldest due pending run has waited longer than one interval
+    LATE             no success for more than two intervals
+    PAUSED           paused by an operator (`fleetctl pause`): expected to be quiet, so not LATE
+    DISABLED         no longer in the schedules file (`fleetctl apply --prune`): likewise
+    OK               none of the above
 
-When several hold, the verdict is the first in that order (the most actionable: DEAD needs an
-operator, NO-WORKER names the cause of a backlog, a backlog the cause of lateness); `problems` lists
-them all. PAUSED and DISABLED are an operator's decision and count as healthy.
+When several hold, the verdict is the first in that order (the most actionable: BROKEN needs its
+definition fixed, DEAD an operator, NO-TICKER a ticker started, NO-WORKER names the cause of a
+backlog, a backlog the cause of lateness); `problems` lists them all. PAUSED and DISABLED are an
+operator's decision and count as healthy. The fleet-wide verdicts concern only schedules that
+expect slots: a paused or disabled schedule does not get them, and a fleet without such schedules
+has no ticker to miss.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Final, Literal
 
-Verdict = Literal["OK", "LATE", "DEAD", "BACKLOG", "PAUSED", "DISABLED", "NO-WORKER"]
+Verdict = Literal[
+    "OK",
+    "LATE",
+    "DEAD",
+    "BACKLOG",
+    "PAUSED",
+    "DISABLED",
+    "NO-WORKER",
+    "BROKEN",
+    "NO-TICKER",
+    "TICKER-CRASHING",
+]
 
-SEVERITY: Final[tuple[Verdict, ...]] = ("DEAD", "NO-WORKER", "BACKLOG", "LATE", "PAUSED", "DISABLED", "OK")
-UNHEALTHY: Final[frozenset[Verdict]] = frozenset({"DEAD", "NO-WORKER", "BACKLOG", "LATE"})
+SEVERITY: Final[tuple[Verdict, ...]] = (
+    "BROKEN",
+    "DEAD",
+    "NO-TICKER",
+    "TICKER-CRASHING",
+    "NO-WORKER",
+    "BACKLOG",
+    "LATE",
+    "PAUSED",
+    "DISABLED",
+    "OK",
+)
+UNHEALTHY: Final[frozenset[Verdict]] = frozenset(
+    {"BROKEN", "DEAD", "NO-TICKER", "TICKER-CRASHING", "NO-WORKER", "BACKLOG", "LATE"}
+)
+# The verdicts of the fleet's tickers rather than of one schedule (see `FleetHealth`).
+FLEET_VERDICTS: Final[tuple[Verdict, ...]] = ("NO-TICKER", "TICKER-CRASHING")
 
 # No success for more than this many intervals is LATE; a due run waiting longer than this many
 # intervals is a BACKLOG.
@@ -56,13 +92,74 @@ class Health:
     unserved_runs: int
     paused: bool = False
     enabled: bool = True
+    # The ticker could not evaluate the schedule's timing (`broken_at` is set).
+    broken: bool = False
+    # The fleet's own verdicts (`FleetHealth.problems`), which hold for the schedule unless it is
+    # paused or disabled.
+    fleet: tuple[Verdict, ...] = ()
+
+
+@dataclass(frozen=True)
+class TickerSeen:
+    """A ticker's registry row, as the fleet-wide verdicts tell of it."""
+
+    id: str
+    host: str
+    seen_at: datetime
+    seen_s_ago: float
+
+
+@dataclass(frozen=True)
+class TickerCrash:
+    """The newest crash a ticker recorded, within `CRASH_RECENT_S` of the read."""
+
+    id: str
+    host: str
+    crashed_at: datetime
+    crashed_s_ago: float
+    # crashes recorded under that id, across its restarts
+    crashes: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class FleetHealth:
+    """What the fleet's tickers are doing, for the fleet-wide verdicts."""
+
+    # Tickers seen within the staleness limit.
+    live_tickers: int
+    # The ticker seen last, live or not; None when no ticker row is left.
+    last_ticker: TickerSeen | None = None
+    # Tickers that recorded a crash recently, and the newest of those crashes.
+    crashed_tickers: int = 0
+    last_crash: TickerCrash | None = None
+    # Crashes recorded on the tickers' rows, recent or not.
+    crashes: int = 0
+
+    @property
+    def problems(self) -> tuple[Verdict, ...]:
+        """NO-TICKER and TICKER-CRASHING when they hold, in that order."""
+        found: list[Verdict] = []
+        if self.live_tickers == 0:
+            found.append("NO-TICKER")
+        if self.crashed_tickers > 0:
+            found.append("TICKER-CRASHING")
+        return tuple(found)
 
 
 def problems(h: Health) -> list[Verdict]:
     """Every condition that holds, most severe first; empty when the schedule is simply OK."""
     return list(
         problems_of(
-            h.interval_s, h.quiet_s, h.dead_runs, h.oldest_pending_age_s, h.unserved_runs, h.paused, h.enabled
+            h.interval_s,
+            h.quiet_s,
+            h.dead_runs,
+            h.oldest_pending_age_s,
+            h.unserved_runs,
+            h.paused,
+            h.enabled,
+            h.broken,
+            h.fleet,
         )
     )
 
@@ -75,10 +172,14 @@ def problems_of(
     unserved_runs: int,
     paused: bool,
     enabled: bool,
+    broken: bool = False,
+    fleet: tuple[Verdict, ...] = (),
 ) -> tuple[Verdict, ...]:
     """`problems` of the numbers given one by one, as a tuple (for reads of many schedules)."""
     if (
         not dead_runs
+        and not broken
+        and not fleet
         and not unserved_runs
         and not paused
         and enabled
@@ -91,8 +192,12 @@ def problems_of(
     ):
         return ()
     found: list[Verdict] = []
+    if broken:
+        found.append("BROKEN")
     if dead_runs > 0:
         found.append("DEAD")
+    if fleet and enabled and not paused:
+        found.extend(fleet)
     if unserved_runs > 0:
         found.append("NO-WORKER")
     if (

@@ -16,7 +16,7 @@ from psycopg.rows import tuple_row
 from fleet import health
 from fleet.errors import RequestError, UnknownRun, UnknownSchedule
 from fleet.queries import q
-from fleet.registry import STALE_AFTER_S
+from fleet.registry import CRASH_RECENT_S, STALE_AFTER_S
 
 # The typed records (fleet.results, a few dataclasses) are imported by the functions that make them:
 # `fleetctl status --json` writes the health read as dicts, and starts without them.
@@ -121,6 +121,8 @@ HEALTH_FIELDS: Final = (
     "pause_note",
     "paused_at",
     "enabled",
+    "broken_at",
+    "broken_error",
 )
 
 
@@ -152,13 +154,33 @@ def health_rows(
     names: Sequence[str] | None = None,
     now: datetime | None = None,
     size: int = HEALTH_CHUNK,
+    fleet: list[health.FleetHealth] | None = None,
 ) -> Generator[list[tuple[Any, ...]], None, None]:
     """The health of the named schedules (all when `names` is None or empty), by name, in chunks of
     up to `size`: per schedule a tuple of every ScheduleHealth field, in order (`HEALTH_FIELDS`;
     instants as aware datetimes in UTC). The numbers come out of the database computed, and only the
     verdict is made here, while the database sends the next chunk. Holds a transaction until
-    exhausted or closed. Unknown names are not checked (see `schedule_health`)."""
-    yield from _health_read(conn, names, now, size, as_dicts=False)
+    exhausted or closed. Unknown names are not checked (see `schedule_health`). The fleet's tickers,
+    read at the same instant, are appended to `fleet` when it is given."""
+    yield from _health_read(conn, names, now, size, False, fleet)
+
+
+def health_report(
+    conn: psycopg.Connection[Any], names: Sequence[str] | None = None, now: datetime | None = None
+) -> tuple[health.FleetHealth, list[ScheduleHealth]]:
+    """The fleet's tickers and the health of the named schedules (all when `names` is None or
+    empty), read at one instant; UnknownSchedule names the schedules that do not exist."""
+    from fleet.results import ScheduleHealth
+
+    if names:
+        schedules_require(conn, names)
+    seen: list[health.FleetHealth] = []
+    found = [
+        ScheduleHealth(*v)
+        for chunk in _health_read(conn, names, now, HEALTH_CHUNK, False, seen)
+        for v in chunk
+    ]
+    return seen[0], found
 
 
 def health_chunks(
@@ -178,12 +200,14 @@ def _health_read(
     now: datetime | None,
     size: int,
     as_dicts: bool,
+    fleet_seen: list[health.FleetHealth] | None = None,
 ) -> Generator[list[Any], None, None]:
     params: dict[str, Any] = {
         "now": now,
         "names": list(names) if names else None,
         "every": not names,  # every schedule, else the named ones
         "stale_s": STALE_AFTER_S,
+        "crash_s": CRASH_RECENT_S,
         "margin_s": health.ROLLUP_MARGIN_S,
     }
     problems_of, unhealthy, no_open = health.problems_of, health.UNHEALTHY, _NO_OPEN_RUNS
@@ -198,6 +222,10 @@ def _health_read(
         at: datetime = clock["now"]
         params.update(now=at, served=clock["served"], since=clock["since"], done=clock["done"])
         params["cursor"] = clock["cursor"]
+        fleet = _fleet_health(clock, at)
+        if fleet_seen is not None:
+            fleet_seen.append(fleet)
+        fleet_found = fleet.problems
         with conn.cursor(row_factory=tuple_row, binary=True) as cur:
             open_runs: dict[str, tuple[Any, ...]] = {
                 r[0]: r[1:] for r in cur.execute(q("run_open_health"), params).fetchall()
@@ -225,12 +253,24 @@ def _health_read(
                 last_outcome,
                 last_error,
                 dead_runs,
+                broken_at,
+                broken_error,
             ) in cur.stream(q("schedule_health"), params, size=size):
                 running, due, waiting, oldest_due_s, ahead, unserved = open_runs.get(name, no_open)
                 if interval_s is None and cron is not None:
                     interval_s = _cadence((cron, timezone, start_at, dst_repeated, dst_missing), at, known)
                 paused = paused_at is not None
-                found = problems_of(interval_s, quiet_s, dead_runs, oldest_due_s, unserved, paused, enabled)
+                found = problems_of(
+                    interval_s,
+                    quiet_s,
+                    dead_runs,
+                    oldest_due_s,
+                    unserved,
+                    paused,
+                    enabled,
+                    broken_at is not None,
+                    fleet_found,
+                )
                 verdict = found[0] if found else "OK"
                 healthy = verdict not in unhealthy
                 # the earliest slot created ahead of its time, else the one the ticker will create
@@ -267,6 +307,8 @@ def _health_read(
                             "pause_note": pause_note,
                             "paused_at": paused_at,
                             "enabled": enabled,
+                            "broken_at": broken_at,
+                            "broken_error": broken_error,
                         }
                     )
                 else:
@@ -296,6 +338,8 @@ def _health_read(
                             pause_note,
                             paused_at,
                             enabled,
+                            broken_at,
+                            broken_error,
                         )
                     )
                 if len(out) == size:
@@ -303,6 +347,28 @@ def _health_read(
                     out = []
             if out:
                 yield out
+
+
+def _fleet_health(row: dict[str, Any], at: datetime) -> health.FleetHealth:
+    """The tickers' part of a health read's first row (see `health_session`), at the read's instant."""
+    last = None
+    if row["ticker_id"] is not None:
+        seen_at = row["ticker_seen_at"]
+        last = health.TickerSeen(
+            row["ticker_id"], row["ticker_host"], seen_at, round((at - seen_at).total_seconds(), 3)
+        )
+    crash = None
+    if row["crash_id"] is not None:
+        crashed_at = row["crashed_at"]
+        crash = health.TickerCrash(
+            row["crash_id"],
+            row["crash_host"],
+            crashed_at,
+            round((at - crashed_at).total_seconds(), 3),
+            row["crash_count"],
+            row["crash_error"],
+        )
+    return health.FleetHealth(row["tickers"], last, row["crashed"], crash, row["crashes"])
 
 
 def schedule_health(

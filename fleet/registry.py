@@ -13,6 +13,8 @@ from fleet.queries import q
 
 # A process not seen for this long is considered gone (it refreshes its row every few seconds).
 STALE_AFTER_S = 60
+# A ticker that recorded a crash within this long is reported (TICKER-CRASHING).
+CRASH_RECENT_S = 300
 
 
 def process_register(conn: psycopg.Connection[Any], pid_id: str, kind: str, jobs: Sequence[str] = ()) -> None:
@@ -24,6 +26,14 @@ def process_register(conn: psycopg.Connection[Any], pid_id: str, kind: str, jobs
 
 def process_touch(conn: psycopg.Connection[Any], pid_id: str, running: int = 0) -> None:
     conn.execute(q("process_touch"), {"id": pid_id, "running": running})
+
+
+def process_crash(conn: psycopg.Connection[Any], pid_id: str, kind: str, error: str) -> None:
+    """Record an unexpected error of this process on its row (see `process_crash` in processes.sql)."""
+    conn.execute(
+        q("process_crash"),
+        {"id": pid_id, "kind": kind, "host": socket.gethostname(), "pid": os.getpid(), "error": error},
+    )
 
 
 def process_remove(conn: psycopg.Connection[Any], pid_id: str) -> None:

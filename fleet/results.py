@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from fleet.health import Health, Verdict
+from fleet.health import FLEET_VERDICTS, Health, Verdict
 
 # A run's status as fleetctl shows it: the database's `fleet.run_status`, with a dead run that an
 # operator discarded shown as `discarded` (stored as `skipped` with last outcome `discarded`).
@@ -44,9 +44,11 @@ class ScheduleHealth:
 
     #: The schedule's name.
     name: str
-    #: The most severe condition that holds (DEAD, NO-WORKER, BACKLOG, LATE, PAUSED, DISABLED), else OK.
+    #: The most severe condition that holds (BROKEN, DEAD, NO-TICKER, TICKER-CRASHING, NO-WORKER,
+    #: BACKLOG, LATE, PAUSED, DISABLED), else OK.
     verdict: Verdict
-    #: False for DEAD, NO-WORKER, BACKLOG and LATE: something for an operator to do.
+    #: False for BROKEN, DEAD, NO-TICKER, TICKER-CRASHING, NO-WORKER, BACKLOG and LATE: something
+    #: for an operator to do.
     healthy: bool
     #: Every condition that holds, most severe first (empty when OK).
     problems: tuple[Verdict, ...]
@@ -91,6 +93,10 @@ class ScheduleHealth:
     paused_at: datetime | None
     #: False once the schedules file no longer has it (`apply` with prune).
     enabled: bool
+    #: When a ticker found that the schedule's timing cannot be evaluated (None: it can).
+    broken_at: datetime | None = None
+    #: Why, in one line starting with the field (``cron: no slot after ...``).
+    broken_error: str | None = None
 
     @property
     def numbers(self) -> Health:
@@ -103,6 +109,8 @@ class ScheduleHealth:
             self.unserved_runs,
             self.paused,
             self.enabled,
+            self.broken_at is not None,
+            tuple(v for v in self.problems if v in FLEET_VERDICTS),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import orjson
 import psycopg
 
 from fleet.apply import ApplyResult, apply_specs
+from fleet.registry import process_register
 from fleet.schedfile import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +30,15 @@ T = TypeVar("T")
 
 def apply_text(conn: psycopg.Connection[Any], text: str, prune: bool = False, now: Any = None) -> ApplyResult:
     return apply_specs(conn, load(text), prune=prune, now=now)
+
+
+def live_ticker(conn: psycopg.Connection[Any], at: Any = None, tid: str = "ticker-t") -> None:
+    """A ticker in the process registry, seen at `at` (default: now), so that health read up to a
+    minute after that instant finds a fleet whose slots are created, not NO-TICKER. A test that reads
+    health at an instant of its own passes the latest of them."""
+    process_register(conn, tid, "ticker")
+    if at is not None:
+        conn.execute("UPDATE fleet.processes SET seen_at = %s WHERE id = %s", (at, tid))
 
 
 def wait_for(fn: Callable[[], T], timeout: float = 20.0, interval: float = 0.05, what: str = "") -> T:

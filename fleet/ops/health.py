@@ -2,9 +2,11 @@
 
 from fleet.health import (
     BACKLOG_AFTER_INTERVALS,
+    FLEET_VERDICTS,
     LATE_AFTER_INTERVALS,
     SEVERITY,
     UNHEALTHY,
+    FleetHealth,
     Health,
     Verdict,
     is_healthy,
@@ -15,9 +17,11 @@ from fleet.health import (
 
 __all__ = [
     "BACKLOG_AFTER_INTERVALS",
+    "FLEET_VERDICTS",
     "LATE_AFTER_INTERVALS",
     "SEVERITY",
     "UNHEALTHY",
+    "FleetHealth",
     "Health",
     "Verdict",
     "is_healthy",

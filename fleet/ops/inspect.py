@@ -15,6 +15,7 @@ import psycopg
 
 from fleet import inspect
 from fleet.errors import UsageError
+from fleet.health import FLEET_VERDICTS
 from fleet.ops.connection import db
 from fleet.ops.jaeger import DEFAULT_JAEGER_URL, jaeger_search_url
 from fleet.ops.printable import printable, printable_lines
@@ -23,6 +24,7 @@ from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
 
 if TYPE_CHECKING:
+    from fleet.health import FleetHealth
     from fleet.results import ScheduleHealth
 
 RUN_STATUSES = ("pending", "running", "done", "dead", "skipped", "discarded")
@@ -122,6 +124,42 @@ def wrapped(text: str, indent: str, width: int = WIDTH) -> list[str]:
     return out
 
 
+def fleet_lines(fleet: FleetHealth, shown: Iterable[ScheduleHealth]) -> list[str]:
+    """One line per fleet-wide verdict that holds for some of the `shown` schedules, printed before
+    them: ``fleet: NO-TICKER: no ticker seen for 1m15s (last: ticker-a on host1 at ...)``."""
+    held = {v for h in shown for v in h.problems if v in FLEET_VERDICTS}
+    lines = []
+    if "NO-TICKER" in held:
+        last = fleet.last_ticker
+        if last is None:
+            why = "no ticker has registered (start fleet-ticker)"
+        else:
+            where = f"{printable(last.id)} on {printable(last.host)} at {moment(iso(last.seen_at))}"
+            why = f"no ticker seen for {human(last.seen_s_ago)} (last: {where})"
+        lines.append(f"fleet: NO-TICKER: {why}")
+    crash = fleet.last_crash
+    if "TICKER-CRASHING" in held and crash is not None:
+        others = fleet.crashed_tickers - 1
+        text = (
+            f"fleet: TICKER-CRASHING: {printable(crash.id)} on {printable(crash.host)} crashed "
+            f"{human(crash.crashed_s_ago)} ago ({crash.crashes} crash(es) in all)"
+            + (f", and {others} other ticker(s) recently" if others > 0 else "")
+        )
+        error = _first_line(crash.error, 200)
+        lines.append(f"{text}: {error}" if error else text)
+    return lines
+
+
+def _note(h: ScheduleHealth) -> str | None:
+    """The NOTE column: why the schedule is broken, then the operator's note."""
+    notes = [
+        n
+        for n in (_first_line(h.broken_error, 300) if h.broken_at else None, _first_line(h.pause_note, 60))
+        if n
+    ]
+    return " · ".join(notes) or None
+
+
 def verdict_text(h: ScheduleHealth) -> str:
     """The verdict, with PAUSED or DISABLED added when a more severe verdict hides it (``DEAD+PAUSED``),
     and NO-WORKER naming the job no live worker serves (``NO-WORKER (job reports.nightly)``)."""
@@ -143,7 +181,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             with contextlib.closing(inspect.health_chunks(conn, args.schedules or None)) as chunks:
                 return 0 if write_json_chunks(chunks) else 1
     with db(args) as conn:
-        found = schedule_health(conn, args.schedules or None)
+        fleet, found = inspect.health_report(conn, args.schedules or None)
+    for line in fleet_lines(fleet, found):
+        print(line)
     if not found:
         print("no schedules")
     else:
@@ -172,7 +212,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                         _next_slot_text(h),
                         h.last_outcome,
                         human(h.interval_s),
-                        _first_line(h.pause_note, 60),
+                        _note(h),
                     ]
                     for h in found
                 ],
@@ -311,10 +351,16 @@ def slot_history(
     traced = any(a["traced"] for a in attempts)
     return {
         **_run_json(run),
+        # the schedule's broken mark, for the text: why no new slot of it comes
+        "schedule_broken_at": iso(run.get("schedule_broken_at")),
+        "schedule_broken_error": run.get("schedule_broken_error"),
         "created_span_id": run["created_span_id"],
         "attempt_history": attempts,
         "jaeger_url": jaeger_search_url(jaeger, schedule, slot) if traced else None,
     }
+
+
+_SCHEDULE_KEYS = ("schedule_broken_at", "schedule_broken_error")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -322,7 +368,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     with db(args) as conn:
         h = slot_history(conn, args.schedule, slot, jaeger_base(args))
     if args.json:
-        print_json(h)
+        # the object `fleet.Client.show` gives; the schedule's health is `status`'s
+        print_json({k: v for k, v in h.items() if k not in _SCHEDULE_KEYS})
     else:
         # every line escaped whole: besides handler text, any column could hold what a writer put there
         print("\n".join(map(printable, show_lines(h))))
@@ -337,6 +384,9 @@ def show_lines(h: dict[str, Any]) -> list[str]:
         f"  origin {h['origin']} · job {printable(h['job'])}",
         f"  {h['attempts']} attempt(s), {h['failures']} counted as failures",
     ]
+    if h.get("schedule_broken_at"):
+        out.append(f"  schedule BROKEN since {moment(h['schedule_broken_at'])}: no new slot is created")
+        out += wrapped(h["schedule_broken_error"] or "?", "    ")
     if h["status"] == "pending":
         out.append(f"  due at {h['run_after']}")
     if h["created_trace_id"]:
@@ -515,10 +565,14 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         help="health of each schedule; exit 1 when any is unhealthy (a monitoring check)",
         description=(
             "Per schedule: time since the last success, dead runs, age of the oldest due pending run, the "
-            "next slot, the last outcome and a verdict: DEAD (dead runs waiting for retry or discard), "
-            "NO-WORKER (runs whose job no live worker registered), BACKLOG (a due run waiting longer than "
-            "one interval), LATE (no success for more than two intervals of the schedule's own cadence), "
-            "PAUSED, DISABLED or OK. Exit code: 0 all healthy (OK, PAUSED, DISABLED), 1 any unhealthy, "
+            "next slot, the last outcome and a verdict: BROKEN (its timing cannot be evaluated; the error is "
+            "in NOTE), DEAD (dead runs waiting for retry or discard), NO-TICKER (no live ticker: nothing "
+            "creates slots; said on a first 'fleet:' line), TICKER-CRASHING (a ticker recorded an unexpected "
+            "error in the last few minutes; likewise), NO-WORKER (runs whose job no live worker "
+            "registered), BACKLOG (a due run waiting longer than one interval), LATE (no success for "
+            "more than two intervals of the schedule's own cadence), "
+            "PAUSED, DISABLED or OK. NO-TICKER and TICKER-CRASHING concern the enabled, unpaused "
+            "schedules. Exit code: 0 all healthy (OK, PAUSED, DISABLED), 1 any unhealthy, "
             "2 bad input such as an unknown schedule."
         ),
     )

@@ -27,6 +27,7 @@ import psycopg
 from fleet import logs
 from fleet.db import connect, redact, resolve_url
 from fleet.errors import DatabaseUnavailable, UsageError
+from fleet.health import FleetHealth
 from fleet.inspect import HEALTH_FIELDS, health_rows
 from fleet.ops import health
 from fleet.ops.inspect import live_processes
@@ -39,6 +40,7 @@ from fleet.ops.metrics_server import (
     tls_context,
 )
 from fleet.queries import q
+from fleet.registry import CRASH_RECENT_S
 from fleet.signals import on_stop_signal
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
@@ -204,7 +206,9 @@ class FleetCollector:
             started = time.monotonic()
             try:
                 conn = self._connection()
-                schedules = _columns(health_rows(conn))
+                seen: list[FleetHealth] = []
+                schedules = _columns(health_rows(conn, fleet=seen))
+                fleet = seen[0]
                 processes = live_processes(conn)
                 self._advance(conn)
             except (psycopg.Error, DatabaseUnavailable) as e:
@@ -242,6 +246,7 @@ class FleetCollector:
                     ),
                 )
             )
+            out.extend(_fleet(fleet, schedules))
             out.extend(self._counters(names, labels))
             took = time.monotonic() - started
             out.extend(
@@ -338,6 +343,12 @@ class FleetCollector:
             "unserved_runs",
             int,
         )
+        yield from gauge(
+            "fleet_schedule_broken",
+            "1 when the schedule's timing cannot be evaluated (BROKEN): the ticker skips it",
+            "broken_at",
+            bool,
+        )
         yield from gauge("fleet_schedule_paused", "1 when paused by an operator", "paused", bool)
         yield from gauge(
             "fleet_schedule_enabled",
@@ -429,6 +440,60 @@ class FleetCollector:
 
 
 _ONE, _ZERO = "1.0", "0.0"
+# The longest broken error a label carries (the whole one is in `fleetctl status`).
+BROKEN_ERROR_LABEL: Final = 200
+
+
+def _fleet(fleet: FleetHealth, schedules: dict[str, list[Any]]) -> Iterator[bytes]:
+    """The fleet-wide families: its tickers (NO-TICKER, TICKER-CRASHING) and its broken schedules."""
+    yield from _family(
+        "fleet_tickers_live",
+        "gauge",
+        "tickers seen within the staleness limit: 0 while schedules expect slots is NO-TICKER",
+        f"fleet_tickers_live {_num(fleet.live_tickers)}\n",
+    )
+    if fleet.last_ticker is not None:
+        yield from _family(
+            "fleet_ticker_last_seen_seconds",
+            "gauge",
+            "time since any ticker was last seen (absent when no ticker row is left)",
+            f"fleet_ticker_last_seen_seconds {_num(fleet.last_ticker.seen_s_ago)}\n",
+        )
+    yield from _family(
+        "fleet_tickers_crashing",
+        "gauge",
+        f"tickers that recorded an unexpected error in the last {CRASH_RECENT_S} s (TICKER-CRASHING)",
+        f"fleet_tickers_crashing {_num(fleet.crashed_tickers)}\n",
+    )
+    yield from _family(
+        "fleet_ticker_crashes",
+        "gauge",
+        "unexpected errors recorded by the tickers whose registry rows remain (a clean stop removes its row)",
+        f"fleet_ticker_crashes {_num(fleet.crashes)}\n",
+    )
+    broken = [
+        (name, error)
+        for name, at, error in zip(
+            schedules["name"], schedules["broken_at"], schedules["broken_error"], strict=True
+        )
+        if at is not None
+    ]
+    yield from _family(
+        "fleet_schedules_broken",
+        "gauge",
+        "schedules whose timing cannot be evaluated (BROKEN)",
+        f"fleet_schedules_broken {_num(len(broken))}\n",
+    )
+    yield from _family(
+        "fleet_schedule_broken_info",
+        "gauge",
+        f"1 per broken schedule, with its error (its first {BROKEN_ERROR_LABEL} characters)",
+        "".join(
+            f'fleet_schedule_broken_info{{error="{_label((error or "")[:BROKEN_ERROR_LABEL])}",'
+            f'schedule="{_label(name)}"}} 1.0\n'
+            for name, error in broken
+        ),
+    )
 
 
 def _num(value: float) -> str:

@@ -27,7 +27,7 @@ fl AS (
 dead AS (
     SELECT r.schedule_name, count(*) AS n FROM fleet.job_runs r
     WHERE r.status = 'dead' AND (%(every)s OR r.schedule_name = ANY(%(names)s::text[]))
-    GROUP BY r.schedule_name
+    GROUP BY 1
 ),
 -- the schedules past the first pass's cursor (all of it: success and finished run), and the dirty
 -- ones it covered (their finished run)
@@ -78,7 +78,8 @@ SELECT s.name, s.job, s.job = ANY(%(served)s::text[]) AS job_served, s.enabled, 
            AS last_outcome,
        CASE WHEN p.name IS NOT NULL THEN p.last_error WHEN x.newer THEN fl.last_error ELSE st.last_error END
            AS last_error,
-       coalesce(d.n, 0)::int AS dead_runs
+       coalesce(d.n, 0)::int AS dead_runs,
+       s.broken_at, s.broken_error
 FROM fleet.schedules s
 CROSS JOIN t
 LEFT JOIN fleet.schedule_stats st ON st.name = s.name
@@ -113,16 +114,35 @@ ORDER BY s.name
 -- For the rest of the transaction: no JIT compilation, instants in UTC. The instant of the read, the
 -- jobs live workers serve then, and how far the health roll-up got: its mark minus its margin
 -- (`since`, NULL before its first step: no finished run is newer than its stats), whether its first pass is over (`done`) and where that pass is (`cursor`).
+-- And the fleet's tickers: how many are live, the one seen last (live or not), how many recorded a
+-- crash within `crash_s`, the crashes their rows hold, and the newest crash within `crash_s`.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT set_config('jit', 'off', true), set_config('TimeZone', 'UTC', true), t.now,
        (SELECT coalesce(array_agg(DISTINCT j.job), '{}'::text[])
         FROM fleet.processes p CROSS JOIN LATERAL unnest(p.jobs) AS j(job)
         WHERE p.kind = 'worker' AND p.seen_at > t.now - make_interval(secs => %(stale_s)s)) AS served,
-       r.since, r.done, r.cursor
-FROM t, (SELECT max(c.mark) - make_interval(secs => %(margin_s)s) AS since,
-                coalesce(bool_or(c.mark IS NOT NULL AND c.cursor IS NULL), false) AS done,
-                coalesce(max(c.cursor), '') AS cursor
-         FROM fleet.chores c WHERE c.name = 'health_rollup') r
+       r.since, r.done, r.cursor,
+       (SELECT count(*) FROM fleet.processes p
+        WHERE p.kind = 'ticker' AND p.seen_at > t.now - make_interval(secs => %(stale_s)s))::int AS tickers,
+       lt.id AS ticker_id, lt.host AS ticker_host, lt.seen_at AS ticker_seen_at,
+       (SELECT count(*) FROM fleet.processes p
+        WHERE p.kind = 'ticker' AND p.crashed_at > t.now - make_interval(secs => %(crash_s)s))::int AS crashed,
+       (SELECT coalesce(sum(p.crashes), 0) FROM fleet.processes p WHERE p.kind = 'ticker')::int AS crashes,
+       lc.id AS crash_id, lc.host AS crash_host, lc.crashed_at, lc.crashes AS crash_count, lc.last_error AS crash_error
+FROM t
+CROSS JOIN (SELECT max(c.mark) - make_interval(secs => %(margin_s)s) AS since,
+                   coalesce(bool_or(c.mark IS NOT NULL AND c.cursor IS NULL), false) AS done,
+                   coalesce(max(c.cursor), '') AS cursor
+            FROM fleet.chores c WHERE c.name = 'health_rollup') r
+LEFT JOIN LATERAL (
+    SELECT p.id, p.host, p.seen_at FROM fleet.processes p WHERE p.kind = 'ticker'
+    ORDER BY p.seen_at DESC, p.id LIMIT 1
+) lt ON true
+LEFT JOIN LATERAL (
+    SELECT p.id, p.host, p.crashed_at, p.crashes, p.last_error FROM fleet.processes p
+    WHERE p.kind = 'ticker' AND p.crashed_at > t.now - make_interval(secs => %(crash_s)s)
+    ORDER BY p.crashed_at DESC, p.id LIMIT 1
+) lc ON true
 
 -- name: run_open_health
 -- Per schedule with open runs (through job_runs_open), the open runs' part of its health. Only
@@ -211,7 +231,11 @@ ORDER BY x.scheduled_for DESC, x.schedule_name
 LIMIT %(limit)s
 
 -- name: run_get
-SELECT r.*, r.status::text AS status FROM fleet.job_runs r
+-- The run, with its schedule's broken mark (`fleetctl show` tells why no new slot comes).
+SELECT r.*, r.status::text AS status,
+       s.broken_at AS schedule_broken_at, s.broken_error AS schedule_broken_error
+FROM fleet.job_runs r
+JOIN fleet.schedules s ON s.name = r.schedule_name
 WHERE r.schedule_name = %(name)s AND r.scheduled_for = %(slot)s
 
 -- name: attempt_list

@@ -22,3 +22,12 @@ WITH live AS (
 SELECT (SELECT count(*) FROM live) AS workers,
        coalesce((SELECT array_agg(DISTINCT j.job) FROM live CROSS JOIN LATERAL unnest(live.jobs) AS j(job)),
                 '{}'::text[]) AS jobs
+
+-- name: process_crash
+-- A process's unexpected error, counted on its row: the count and the error stay when it registers
+-- again under the same id (a restart), and go with the row on a clean stop. The process was alive
+-- to say it, so the row counts as seen; a row gone meanwhile is made again.
+INSERT INTO fleet.processes (id, kind, host, pid, crashes, crashed_at, last_error)
+VALUES (%(id)s, %(kind)s, %(host)s, %(pid)s, 1, now(), left(%(error)s, 4000))
+ON CONFLICT (id) DO UPDATE
+SET crashes = fleet.processes.crashes + 1, crashed_at = now(), last_error = excluded.last_error, seen_at = now()

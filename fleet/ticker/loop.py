@@ -25,13 +25,21 @@ from fleet.errors import DatabaseUnavailable, SchemaOutdated
 from fleet.keys import LEADER_LOCK, SCHEDULES_CHANNEL
 from fleet.migrate import check_schema
 from fleet.queries import q
-from fleet.registry import process_register, process_remove, process_touch
+from fleet.registry import process_crash, process_register, process_remove, process_touch
 from fleet.settings import TickerSettings
 from fleet.ticker.housekeeping import ticker_chores
 from fleet.ticker.tick import TickResult, run_once
 
 _RECONNECT_DEADLINE_S = 365 * 86400.0  # keep trying: a process manager restarting us helps nobody
 _WAIT_SLICE_S = 0.25  # longest uninterrupted wait, so a stop request is seen promptly
+_STEP_ERROR_WAIT_S = 1.0  # the pause after a step's unexpected error, so a repeating one cannot spin
+
+
+def error_line(e: BaseException) -> str:
+    """An unexpected error in one line: its type and the first line of its message."""
+    text = str(e).strip()
+    first = text.splitlines()[0].strip() if text else ""
+    return f"{type(e).__name__}: {first}"[:500] if first else type(e).__name__
 
 
 class Ticker:
@@ -52,6 +60,8 @@ class Ticker:
         # db_unavailable and db_error: when the trouble starts, then every 30 s while it lasts
         self._unavailable_log = logs.Throttle()
         self._retried_unprepared = False
+        # an unexpected error not yet recorded on the registry row (no connection at the time)
+        self._unrecorded_error: str | None = None
 
     def _connect(self) -> None:
         app = f"fleet-ticker {self.settings.ticker_id}"
@@ -67,6 +77,9 @@ class Ticker:
         self.listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(SCHEDULES_CHANNEL)))
         check_schema(self.conn)
         process_register(self.conn, self.settings.ticker_id, "ticker")
+        if self._unrecorded_error is not None:
+            process_crash(self.conn, self.settings.ticker_id, "ticker", self._unrecorded_error)
+            self._unrecorded_error = None
         chores.register(self.conn, self.chores)
         self.chores_due = 0.0
         self._unavailable_log.reset()
@@ -99,6 +112,7 @@ class Ticker:
     def run(self) -> int:
         logs.event("ticker_started", ticker_id=self.settings.ticker_id, database=redact(self.url))
         code = 0
+        ended_by: str | None = None  # the unexpected error that ends the ticker, if one does
         try:
             while not self.stop.is_set():
                 try:
@@ -131,13 +145,43 @@ class Ticker:
                         self._retried_unprepared = True
                         continue
                     self.stop.wait(1.0)
+                except Exception as e:  # noqa: BLE001 - a step's bug must not stop every schedule
+                    # Dying would leave the fleet without slots until someone restarts it, and a
+                    # restart would meet the same error: say it, count it on the registry row
+                    # (status shows TICKER-CRASHING), and go on after a pause.
+                    self._step_failed(e)
+                    self.stop.wait(_STEP_ERROR_WAIT_S)
+        except Exception as e:
+            ended_by = error_line(e)
+            logs.event("ticker_crashed", ticker_id=self.settings.ticker_id, error=ended_by)
+            raise
         finally:
             if self.conn is not None and not self.conn.closed:
                 with contextlib.suppress(psycopg.Error):
-                    process_remove(self.conn, self.settings.ticker_id)
+                    if ended_by is None:
+                        process_remove(self.conn, self.settings.ticker_id)
+                    else:  # the row stays, with the error, for status to show
+                        process_crash(self.conn, self.settings.ticker_id, "ticker", ended_by)
             self._close()
             logs.event("ticker_stopped", ticker_id=self.settings.ticker_id, ticks=self.ticks)
         return code
+
+    def _step_failed(self, e: Exception) -> None:
+        """Log a step's unexpected error as `tick_error` and record it on this ticker's registry row
+        (on the next connection if this one cannot take it)."""
+        error = error_line(e)
+        logs.event("tick_error", ticker_id=self.settings.ticker_id, error=error)
+        conn = self.conn
+        if conn is None or conn.closed:
+            self._unrecorded_error = error
+            return
+        try:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.rollback()  # the error may have left a transaction open
+            process_crash(conn, self.settings.ticker_id, "ticker", error)
+        except psycopg.Error:
+            self._unrecorded_error = error
+            self._close()  # a connection in an unknown state: the next step opens another
 
     def _step(self) -> bool:
         """One tick and the sleep after it; True when an until-idle run is finished."""

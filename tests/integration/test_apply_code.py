@@ -315,6 +315,7 @@ def test_status_names_the_job_of_no_worker(
         "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
         "VALUES ('nc', now(), 'nc.tik', 'allow', now())"
     )
+    process_register(conn, "t1", "ticker")
     code, out, _ = fleetctl(capsys, db_url, "status")
     assert code == 1
     (row,) = [line for line in out.splitlines() if line.startswith("nc ")]

@@ -22,7 +22,7 @@ import fleet
 from fleet.db import connect
 from fleet.schedfile import load
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json, snapshot
-from tests.support import ROOT, apply_text, env_for, free_port, scalar, wait_for
+from tests.support import ROOT, apply_text, env_for, free_port, live_ticker, scalar, wait_for
 
 Cap = pytest.CaptureFixture[str]
 SLOT = datetime(2026, 3, 1, 10, tzinfo=UTC)
@@ -228,6 +228,7 @@ def test_runs_and_show(db_url: str, conn: psycopg.Connection[Any]) -> None:
 def test_status_gives_each_schedule_its_verdict(db_url: str, conn: psycopg.Connection[Any]) -> None:
     hourly(conn, "broken")
     hourly(conn, "fine")
+    live_ticker(conn)
     add_run(conn, "broken", SLOT, "dead", attempts=6, error="boom")
     with fleet.Client(db_url) as c:
         broken, fine = c.status()
@@ -250,6 +251,7 @@ def test_fleetctl_and_the_client_give_the_same_answers(
 ) -> None:
     hourly(conn, "a")
     hourly(conn, "b")
+    live_ticker(conn)
     add_run(conn, "a", SLOT, "dead", attempts=2, error="boom 2")
     add_run(conn, "a", SLOT + timedelta(hours=1), "done")
     add_run(conn, "b", SLOT, "pending", attempts=0, finished=None, run_after="now() - interval '2 hours'")
@@ -372,7 +374,8 @@ def _example() -> str:
     return str(blocks[0])
 
 
-def test_the_documented_example_runs(db_url: str, tmp_path: Path) -> None:
+def test_the_documented_example_runs(db_url: str, conn: psycopg.Connection[Any], tmp_path: Path) -> None:
+    live_ticker(conn)  # as the page says: a ticker runs, no worker does
     script = tmp_path / "example.py"
     script.write_text(_example())
     done = subprocess.run(

@@ -65,7 +65,7 @@ def test_the_overview_verdicts_are_computed_once_per_refresh_and_afresh_after_an
 ) -> None:
     from fleet.ops.dashboard.pages import SharedHealth
     from fleet.ops.inspect import schedule_health
-    from tests.support import apply_text
+    from tests.support import apply_text, live_ticker
 
     now = [100.0]
     computed: list[float] = []
@@ -77,6 +77,7 @@ def test_the_overview_verdicts_are_computed_once_per_refresh_and_afresh_after_an
     one = '[[schedule]]\nname = "a"\nevery = "60s"\njob = "noop"\n'
     shared = SharedHealth(compute, max_age_s=3.0, background=False, clock=lambda: now[0])
     apply_text(conn, one)
+    live_ticker(conn)
     assert [h.name for h in shared.get()] == ["a"]
     apply_text(conn, one + one.replace('"a"', '"b"'))
     now[0] += 5.0

@@ -15,7 +15,7 @@ from fleet.queries import q
 from fleet.results import ScheduleHealth
 from fleet.schedule import nominal_interval, timing_of
 from tests.integration.ops_support import add_run
-from tests.support import apply_text, scalar
+from tests.support import apply_text, live_ticker, scalar
 
 CHORE = rollup.rollup_chore(2.0)
 H = timedelta(hours=1)
@@ -228,6 +228,7 @@ def test_runs_created_ahead_of_their_time_are_waiting_not_pending(conn: psycopg.
     apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1m"\njob = "unserved.job"\n')
     now = scalar(conn, "SELECT now()")
     ahead = now + timedelta(seconds=40)
+    live_ticker(conn, at=ahead + timedelta(seconds=90))
     add_run(
         conn,
         "s",

@@ -13,7 +13,7 @@ from fleet import inspect
 from fleet.ops.inspect import schedule_health, write_json_chunks
 from fleet.results import HEALTH_FIELDS, ScheduleHealth
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json
-from tests.support import apply_text, scalar
+from tests.support import apply_text, live_ticker, scalar
 
 Cap = pytest.CaptureFixture[str]
 
@@ -50,6 +50,7 @@ def test_each_verdict_with_its_numbers(capsys: Cap, db_url: str, conn: psycopg.C
         ("paused", 'every = "1h"', "noop"),
     )
     live_worker(conn, "noop")
+    live_ticker(conn)
     now: datetime = scalar(conn, "SELECT date_trunc('second', now())")
     add_run(conn, "ok", now - timedelta(hours=1), finished="now() - interval '10 minutes'")
     add_run(conn, "late", now - timedelta(hours=3), finished="now() - interval '3 hours'")
@@ -107,6 +108,7 @@ def test_each_verdict_with_its_numbers(capsys: Cap, db_url: str, conn: psycopg.C
 def test_a_new_schedule_is_not_late_before_it_could_succeed(conn: psycopg.Connection[Any]) -> None:
     apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1m"\njob = "noop"\n')
     now = scalar(conn, "SELECT now()")
+    live_ticker(conn, at=now + timedelta(minutes=3))
     (h,) = schedule_health(conn, now=now + timedelta(minutes=1))
     assert h.verdict == "OK" and h.since_last_success_s is None
     (h,) = schedule_health(conn, now=now + timedelta(minutes=3))
@@ -119,6 +121,7 @@ def test_late_is_measured_on_a_cron_schedule_own_cadence(conn: psycopg.Connectio
     conn.execute("UPDATE fleet.schedules SET created_at = '2026-01-01', updated_at = '2026-01-01'")
     friday = datetime(2026, 3, 6, 9, 0, tzinfo=UTC)
     add_run(conn, "weekdays", friday, finished="'2026-03-06T09:01:00Z'")
+    live_ticker(conn, at=datetime(2026, 3, 11, 12, 0, tzinfo=UTC))
     monday_early = datetime(2026, 3, 9, 8, 0, tzinfo=UTC)  # 71 h after the last success
     (h,) = schedule_health(conn, now=monday_early)
     assert h.interval_s == 72 * 3600 and h.verdict == "OK"

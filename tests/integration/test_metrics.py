@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fleet.ops.metrics import FleetCollector, parse_listen
 from fleet.ops.repair import run_prune
 from tests.integration.ops_support import add_run
-from tests.support import Proc, apply_text, env_for, fleetctl_cmd, processes, scalar, wait_for
+from tests.support import Proc, apply_text, env_for, fleetctl_cmd, live_ticker, processes, scalar, wait_for
 
 SLOT = datetime(2026, 3, 1, 10, tzinfo=UTC)
 
@@ -48,6 +48,7 @@ def test_a_scrape_carries_health_numbers_and_counters_that_survive_prune(
     conn.execute(
         "INSERT INTO fleet.processes (id, kind, host, pid, jobs) VALUES ('w', 'worker', 'h', 1, '{noop}')"
     )
+    live_ticker(conn)
     add_run(conn, "s", SLOT, "dead", error="boom")
     add_run(conn, "s", SLOT + timedelta(hours=1), finished="now() - interval '5 minutes'")
     collector = FleetCollector(db_url, settle_s=0)
@@ -120,6 +121,7 @@ def test_fleetctl_metrics_serves_http_until_stopped(
     db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1h"\njob = "noop"\n')
+    live_ticker(conn)
     with processes() as procs:
         p = Proc(
             fleetctl_cmd("metrics", "--listen", "127.0.0.1:0"), env_for(db_url), tmp_path / "metrics.log"
@@ -147,6 +149,7 @@ def test_a_family_is_written_again_when_its_values_or_the_schedules_change(
 ) -> None:
     # a render reuses the samples of a family whose values did not change since the last one
     apply_text(conn, '[[schedule]]\nname = "a"\nevery = "1h"\njob = "noop"\n')
+    live_ticker(conn)
     collector = FleetCollector(db_url, settle_s=0)
     first = samples(collector.render().decode())
     assert value(first, "fleet_schedule_paused", schedule="a") == 0

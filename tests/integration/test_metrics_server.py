@@ -21,7 +21,7 @@ import pytest
 
 from fleet.ops.metrics import FleetCollector
 from fleet.ops.metrics_server import Access, Exposition, MetricsServer, tls_context
-from tests.support import apply_text
+from tests.support import apply_text, live_ticker
 
 OPEN = Access()
 
@@ -78,6 +78,7 @@ def half_sent(url: str, n: int) -> list[socket.socket]:
 @pytest.fixture
 def schedules(conn: psycopg.Connection[Any]) -> None:
     apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1h"\njob = "noop"\n')
+    live_ticker(conn)
 
 
 @pytest.mark.usefixtures("schedules")

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json, snapshot
-from tests.support import apply_text, env_for, fleetctl_cmd
+from tests.support import apply_text, env_for, fleetctl_cmd, live_ticker
 
 Cap = pytest.CaptureFixture[str]
 SLOT = datetime(2026, 3, 1, 10, tzinfo=UTC)
@@ -31,6 +31,7 @@ def test_status_says_paused_instead_of_a_stale_next_slot_and_shows_dead_with_pau
     capsys: Cap, db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
     hourly(conn, "a", "b", "c")
+    live_ticker(conn)
     add_run(conn, "b", SLOT, "dead", error="boom")
     conn.execute("UPDATE fleet.schedules SET paused_at = now() WHERE name IN ('a', 'b')")
     stale = conn.execute("SELECT next_run_at FROM fleet.schedules WHERE name = 'a'").fetchone()

@@ -14,7 +14,7 @@ from fleet.repair import run_trigger
 from fleet.results import Triggered
 from fleet.ticker.tick import run_once as tick
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json, snapshot
-from tests.support import apply_text, scalar
+from tests.support import apply_text, live_ticker, scalar
 
 Cap = pytest.CaptureFixture[str]
 SLOT = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
@@ -98,6 +98,7 @@ def test_discard_acknowledges_a_dead_run_and_health_turns_ok(
     capsys: Cap, db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
     hourly(conn)
+    live_ticker(conn)
     now = scalar(conn, "SELECT now()")
     add_run(conn, "s", SLOT, "dead", overlap="skip", attempts=2, error="boom 2")
     add_run(conn, "s", now - timedelta(minutes=5), "done")  # a later success does not hide the dead run

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import get_args
 
 import pytest
 
-from fleet.health import SEVERITY, UNHEALTHY, Health, is_healthy, problems, verdict
+from fleet.health import SEVERITY, UNHEALTHY, FleetHealth, Health, Verdict, is_healthy, problems, verdict
 
 HOURLY = Health(interval_s=3600.0, quiet_s=600.0, dead_runs=0, oldest_pending_age_s=None, unserved_runs=0)
 
@@ -67,5 +68,28 @@ def test_unknown_cadence_turns_off_late_and_backlog_only() -> None:
 
 
 def test_unhealthy_verdicts() -> None:
-    assert {"DEAD", "NO-WORKER", "BACKLOG", "LATE"} == UNHEALTHY
-    assert [v for v in SEVERITY if not is_healthy(v)] == ["DEAD", "NO-WORKER", "BACKLOG", "LATE"]
+    unhealthy = ["BROKEN", "DEAD", "NO-TICKER", "TICKER-CRASHING", "NO-WORKER", "BACKLOG", "LATE"]
+    assert set(unhealthy) == UNHEALTHY
+    assert [v for v in SEVERITY if not is_healthy(v)] == unhealthy
+    assert set(SEVERITY) == set(get_args(Verdict))  # every verdict has its place in the order
+
+
+def test_a_broken_schedule_is_broken_before_anything_else() -> None:
+    everything = replace(HOURLY, quiet_s=99999.0, dead_runs=1, oldest_pending_age_s=99999.0, unserved_runs=1)
+    assert verdict(replace(HOURLY, broken=True)) == "BROKEN" and not is_healthy("BROKEN")
+    assert problems(replace(everything, broken=True)) == ["BROKEN", "DEAD", "NO-WORKER", "BACKLOG", "LATE"]
+    # paused, it stays broken (its timing still needs fixing), like dead runs stay dead
+    assert problems(replace(HOURLY, broken=True, paused=True)) == ["BROKEN", "PAUSED"]
+
+
+def test_the_fleet_verdicts_hold_for_the_schedules_that_expect_slots() -> None:
+    fleet = FleetHealth(live_tickers=0, crashed_tickers=1)
+    assert fleet.problems == ("NO-TICKER", "TICKER-CRASHING")
+    assert FleetHealth(live_tickers=2).problems == ()
+    assert problems(replace(HOURLY, fleet=fleet.problems)) == ["NO-TICKER", "TICKER-CRASHING"]
+    late = replace(HOURLY, quiet_s=99999.0, dead_runs=1, fleet=("NO-TICKER",))
+    assert problems(late) == ["DEAD", "NO-TICKER", "LATE"]
+    assert problems(replace(HOURLY, broken=True, fleet=("NO-TICKER",))) == ["BROKEN", "NO-TICKER"]
+    # a paused or disabled schedule expects no slot: the fleet's tickers are none of its business
+    assert verdict(replace(HOURLY, paused=True, fleet=("NO-TICKER",))) == "PAUSED"
+    assert verdict(replace(HOURLY, enabled=False, fleet=fleet.problems)) == "DISABLED"

@@ -23,10 +23,10 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from fleet import logs
 from fleet.errors import DatabaseUnavailable, RequestError, UnknownRun, UnknownSchedule, UsageError
-from fleet.ops.inspect import human, schedule_health
+from fleet.inspect import health_report
+from fleet.ops.inspect import human
 from fleet.ops.targets import iso, parse_instant
 from fleet.queries import q
-from fleet.results import ScheduleHealth
 
 from . import pages
 from .config import DashboardSettings, is_loopback
@@ -108,7 +108,9 @@ class Dashboard:
         # the overview's verdicts, shared by every page open on it: computed every third refresh
         # while anyone watches, however many operators do (verdicts move on the schedules' own
         # cadence, seconds to hours; each computation reads every schedule)
-        self.health = pages.SharedHealth(self._health_rows, max_age_s=OVERVIEW_REFRESHES * settings.refresh_s)
+        self.health = pages.SharedHealth(
+            self._health_report, max_age_s=OVERVIEW_REFRESHES * settings.refresh_s
+        )
         self._flashes: OrderedDict[str, str] = OrderedDict()
         self._flash_lock = threading.Lock()
         self.env = jinja2.Environment(
@@ -125,6 +127,7 @@ class Dashboard:
             csrf=self.csrf,
             settings=settings,
             verdicts=pages.VERDICTS,
+            verdict_meanings=pages.VERDICT_MEANINGS,
         )
 
     # -- entry ---------------------------------------------------------------------------------
@@ -220,10 +223,10 @@ class Dashboard:
     def close(self) -> None:
         self.health.close()
 
-    def _health_rows(self) -> list[ScheduleHealth]:
+    def _health_report(self) -> pages.Report:
         with self.pool.connection(timeout=POOL_WAIT_S) as conn:
             conn.execute(q("session_configure"), {"ms": STATEMENT_TIMEOUT_MS})
-            return schedule_health(conn)
+            return health_report(conn)
 
     def _read(self, fn: Callable[[psycopg.Connection[Any]], dict[str, Any]]) -> dict[str, Any]:
         with self.pool.connection(timeout=POOL_WAIT_S) as conn:

@@ -9,15 +9,16 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 import orjson
 import psycopg
 
 from fleet import health, logs
 from fleet.errors import UsageError
-from fleet.inspect import run_history
-from fleet.ops.inspect import live_processes, schedule_health
+from fleet.health import FleetHealth
+from fleet.inspect import health_report, run_history
+from fleet.ops.inspect import fleet_lines, live_processes, schedule_health
 from fleet.ops.jaeger import jaeger_search_url
 from fleet.ops.targets import iso, parse_instant, schedule_row
 from fleet.queries import q
@@ -37,9 +38,27 @@ DEAD_SHOWN: Final = 50
 MAX_PROCESS_RUNS: Final = 1000
 MAX_ARGS_BYTES: Final = 8192
 VERDICTS: Final = health.SEVERITY
+# What the overview shows of each verdict, in its legend.
+VERDICT_MEANINGS: Final[dict[str, str]] = {
+    "BROKEN": "its timing cannot be evaluated: fix the schedule",
+    "DEAD": "dead runs wait for a retry or discard",
+    "NO-TICKER": "no live ticker: no slot is created",
+    "TICKER-CRASHING": "a ticker met an unexpected error lately",
+    "NO-WORKER": "runs whose job no live worker serves",
+    "BACKLOG": "a due run waits longer than an interval",
+    "LATE": "no success for two intervals",
+    "PAUSED": "paused by an operator",
+    "DISABLED": "no longer in the schedules file",
+    "OK": "healthy",
+}
+assert tuple(VERDICT_MEANINGS) == VERDICTS
+
+T = TypeVar("T")
+# The overview's read: the fleet's tickers and every schedule's health.
+Report = tuple[FleetHealth, list[ScheduleHealth]]
 
 
-class SharedHealth:
+class SharedHealth(Generic[T]):
     """Every schedule's health for the overview, shared by every page open on it, kept fresh by a
     thread of its own while anyone watches.
 
@@ -54,7 +73,7 @@ class SharedHealth:
 
     def __init__(
         self,
-        compute: Callable[[], list[ScheduleHealth]],
+        compute: Callable[[], T],
         max_age_s: float,
         *,
         watch_s: float | None = None,
@@ -67,7 +86,7 @@ class SharedHealth:
         self.clock = clock
         self._state = threading.Lock()  # guards the fields below
         self._computing = threading.Lock()  # one computation at a time
-        self._rows: list[ScheduleHealth] | None = None
+        self._rows: T | None = None
         self._at = 0.0  # when the rows were computed (started)
         self._asked = float("-inf")
         self._wake = threading.Event()
@@ -77,7 +96,7 @@ class SharedHealth:
             self._thread = threading.Thread(target=self._refresh, name="dashboard-health", daemon=True)
             self._thread.start()
 
-    def get(self) -> list[ScheduleHealth]:
+    def get(self) -> T:
         with self._state:
             now = self.clock()
             self._asked = now
@@ -97,7 +116,7 @@ class SharedHealth:
         if self._thread is not None:
             self._thread.join(5)
 
-    def _recompute(self, newer_than: float) -> list[ScheduleHealth]:
+    def _recompute(self, newer_than: float) -> T:
         with self._computing:
             with self._state:
                 if self._rows is not None and self._at > newer_than:
@@ -138,11 +157,12 @@ def overview(
     verdict: str | None,
     name: str | None,
     page: int,
-    shared: SharedHealth | None = None,
+    shared: SharedHealth[Report] | None = None,
 ) -> dict[str, Any]:
-    """Every schedule's health, filtered by verdict and by a part of its name, one page of them.
-    With `shared`, the verdicts come from its latest computation (see SharedHealth)."""
-    every = shared.get() if shared is not None else schedule_health(conn)
+    """Every schedule's health, filtered by verdict and by a part of its name, one page of them,
+    and the fleet-wide alarms (no live ticker, crashing tickers) above them. With `shared`, the
+    verdicts come from its latest computation (see SharedHealth)."""
+    fleet, every = shared.get() if shared is not None else health_report(conn)
     counts = {v: 0 for v in VERDICTS}
     for h in every:
         counts[h.verdict] += 1
@@ -162,6 +182,7 @@ def overview(
         "matching": len(chosen),
         "counts": counts,
         "unhealthy": sum(1 for h in every if not h.healthy),
+        "fleet_alarms": fleet_lines(fleet, every),
         "page": page,
         "pages": pages,
     }
