@@ -317,6 +317,7 @@ def store(spec: ScheduleSpec, applied_at: datetime) -> Stored:
     (no slot in the ten years after max(now, start_at)), and what it would store with no first slot."""
     t = spec.timing
     since = applied_at if spec.start_at is None else max(applied_at, spec.start_at)
+
     def upcoming_slot() -> datetime | None:
         try:
             return first_slot_at_or_after(t, since)
