@@ -77,11 +77,12 @@ WHERE s.name = v.name
 
 -- name: schedule_next_wait
 -- Seconds from the database's now() until the earliest next slot enters the lookahead, for the
--- ticker's sleep.
+-- ticker's sleep. A broken schedule's next slot is left out (it stays in the past while the
+-- schedule is skipped); the ticker's poll brings it back when it is tried again.
 SELECT extract(epoch FROM min(next_run_at) - coalesce(%(now)s::timestamptz, now())
                           - %(lookahead)s::interval)::float8 AS wait_s
 FROM fleet.schedules
-WHERE enabled AND paused_at IS NULL
+WHERE enabled AND paused_at IS NULL AND broken_at IS NULL
 
 -- name: schedule_retention_page
 -- The next schedules of a retention pass, in name order from `after` (included with `inclusive`),

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from fleet.errors import ScheduleFileError
+from fleet.queries import q
 from fleet.ticker.tick import RETRY_BROKEN, run_once
 from tests.support import apply_text, scalar
 
@@ -132,6 +133,11 @@ def test_a_schedule_that_cannot_be_evaluated_is_marked_broken_and_alone(
     ).fetchone()
     assert row is not None and row["broken_at"] == NOW and row["next_run_at"] == NOW
     assert row["broken_error"].startswith("cron: ") and "\n" not in row["broken_error"]
+    # the ticker's sleep is not cut short by the broken schedule's next slot, still in the past
+    wait = scalar(conn, "SELECT min(next_run_at) FROM fleet.schedules WHERE broken_at IS NULL")
+    assert wait > NOW
+    row = conn.execute(q("schedule_next_wait"), {"now": NOW, "lookahead": timedelta(0)}).fetchone()
+    assert row is not None and row["wait_s"] > 0
     # skipped while broken, the others go on
     later = NOW + timedelta(seconds=5)
     assert run_once(conn, batch_size=100, catchup_limit=1000, now=later).broken == 0
