@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from fleet.schedfile import MAX_GRACE, CatchUp, default_grace
 from fleet.schedule import (
+    DROPPED_COUNT_LIMIT,
     Timing,
     TimingError,
     latest_slot_at_or_before,
@@ -18,8 +19,6 @@ from fleet.schedule import (
     slots_between,
 )
 
-# Counting dropped slots is only for the operator's information; past this it stops counting.
-_COUNT_LIMIT = 10_000
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -108,19 +107,17 @@ def _plan_due(
     on_time_from = saturating_add(now, -grace)
     if catchup == "all":
         # However the slots came to be missed, only the newest max_catchup are caught up.
-        start, plan.missed = _newest(timing, next_run_at, now, max_catchup, limit)
-        slots = slots_between(timing, start, now, limit)
+        slots, plan.missed = _newest(timing, next_run_at, now, max_catchup, limit)
         for s in slots:
             _keep(plan, s, now, max_lateness)
         plan.next_run_at = _next_slot(timing, slots[-1] if slots else now)
         return plan
 
     # On time: within the grace period, and (a long grace) among the newest max_catchup slots.
-    start, dropped = _newest(timing, max(next_run_at, on_time_from), now, max_catchup, limit)
-    on_time = slots_between(timing, start, now, limit)
+    on_time, dropped = _newest(timing, max(next_run_at, on_time_from), now, max_catchup, limit)
     missed = 0
     if next_run_at < on_time_from:
-        missed = len(slots_between(timing, next_run_at, on_time_from - _MICROSECOND, _COUNT_LIMIT))
+        missed = len(slots_between(timing, next_run_at, on_time_from - _MICROSECOND, DROPPED_COUNT_LIMIT))
     if catchup == "latest" and missed and not on_time:
         newest = latest_slot_at_or_before(timing, on_time_from - _MICROSECOND)
         if newest is not None and newest >= next_run_at:
@@ -145,18 +142,23 @@ def _next_slot(timing: Timing, after: datetime) -> datetime | None:
 
 def _newest(
     timing: Timing, start: datetime, now: datetime, max_catchup: int | None, limit: int
-) -> tuple[datetime, int]:
-    """Where the newest `max_catchup` slots in [start, now] begin, and how many come before them.
+) -> tuple[list[datetime], int]:
+    """The first `limit` of the newest `max_catchup` slots in [start, now], and how many slots come
+    before those newest ones.
 
-    Counted in slots, whatever the cadence. The first `limit` slots are walked anyway by the plan;
-    only a range holding more than that many (and than max_catchup) is counted from its end.
+    Counted in slots, whatever the cadence. One walk from `start` finds them when the range holds
+    at most that many (every tick but those of a long catch-up); only a range holding more is
+    counted from its end.
     """
-    if max_catchup is None:
-        return start, 0
-    head = slots_between(timing, start, now, min(limit, max_catchup) + 1)
-    if len(head) <= min(limit, max_catchup):
-        return start, 0
-    return newest_slots_from(timing, start, now, max_catchup)
+    bound = limit if max_catchup is None else min(limit, max_catchup)
+    head = slots_between(timing, start, now, bound + 1)
+    if len(head) <= bound:
+        return head, 0
+    if max_catchup is not None:
+        begin, dropped = newest_slots_from(timing, start, now, max_catchup)
+        if dropped:
+            return slots_between(timing, begin, now, limit), dropped
+    return head[:bound], 0
 
 
 def _keep(plan: Plan, slot: datetime, now: datetime, max_lateness: timedelta | None) -> None:

@@ -42,6 +42,7 @@ from fleet.cron import parse as parse_cron
 __all__ = [
     "Timing",
     "TimingError",
+    "DROPPED_COUNT_LIMIT",
     "describe",
     "first_slot_at_or_after",
     "latest_slot_at_or_before",
@@ -71,6 +72,8 @@ _LATEST: Final = datetime.max.replace(tzinfo=UTC)
 # Each gap costs one wall time, however many of the expression's times it holds, so a timing that
 # fires at all meets far fewer in a row (one per gap between two of its slots).
 IDLE_CANDIDATES: Final = 200
+# How many slots dropped by a catch-up are counted: only for the operator's information.
+DROPPED_COUNT_LIMIT: Final = 10_000
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_CRON_LENGTH: Final = 200
 _MAX_DURATION_LENGTH: Final = 100
@@ -236,7 +239,7 @@ def next_slot(t: Timing, after: datetime) -> datetime | None:
 def first_slot_at_or_after(t: Timing, at: datetime) -> datetime | None:
     """The first slot at or after `at`, in UTC; ``None`` if there is none."""
     moment = _utc(at, "at")
-    return next(_plan(t).after(saturating_add(moment, -_MICROSECOND)), None) if moment > _EARLIEST else None
+    return next(_plan(t).after(moment - _MICROSECOND), None) if moment > _EARLIEST else None
 
 
 def latest_slot_at_or_before(t: Timing, at: datetime) -> datetime | None:
@@ -252,8 +255,8 @@ def newest_slots_from(t: Timing, start: datetime, end: datetime, count: int) -> 
     come before them: ``(start, 0)`` when the range holds at most `count` slots.
 
     Interval schedules are counted exactly, at no cost in their number of slots. For cron schedules
-    the walk goes back from `end` at most ``count + 1`` slots, and the slots dropped are counted up
-    to `count_limit` (:data:`DROPPED_COUNT_LIMIT`), the rest being left uncounted.
+    the walk goes back from `end` at most ``count + 1`` slots, and the slots before the newest
+    `count` are counted up to :data:`DROPPED_COUNT_LIMIT`.
     """
     if count < 1:
         raise ValueError("count must be positive")
@@ -282,10 +285,6 @@ def newest_slots_from(t: Timing, start: datetime, end: datetime, count: int) -> 
             dropped = slots_between(t, first, newest - _MICROSECOND, DROPPED_COUNT_LIMIT)
             return newest, len(dropped)
     return first, 0
-
-
-# How many dropped cron slots newest_slots_from counts: only for the operator's information.
-DROPPED_COUNT_LIMIT: Final = 10_000
 
 
 def saturating_add(at: datetime, delta: timedelta) -> datetime:
@@ -571,7 +570,7 @@ class _CronPlan:
                     first, last = _instants(self.tz, candidate)
                     if min(first, last) > until:
                         return
-                    slot = _place_instants(self.tz, first, last, repeated, missing)
+                    slot = _place(self.tz, first, last, repeated, missing)
                     # Several wall times in a gap may shift onto the same instant.
                     if slot is not None and slot > floor:
                         yield slot
@@ -613,7 +612,7 @@ class _CronPlan:
                     first, last = _instants(self.tz, candidate)
                     if max(first, last) < since:
                         return
-                    slot = _place_instants(self.tz, first, last, repeated, missing)
+                    slot = _place(self.tz, first, last, repeated, missing)
                     if slot is not None and slot < ceiling:
                         yield slot
                         ceiling = slot
@@ -739,16 +738,11 @@ def _repeated_span(
     return wall - (last - change), wall + (change - first)
 
 
-def _place(tz: ZoneInfo, wall: datetime, repeated: Repeated, missing: Missing) -> datetime | None:
-    """The slot for matching wall time `wall` under the given DST rule, or None if it has none."""
-    first, last = _instants(tz, wall)
-    return _place_instants(tz, first, last, repeated, missing)
-
-
-def _place_instants(
+def _place(
     tz: ZoneInfo, first: datetime, last: datetime, repeated: Repeated, missing: Missing
 ) -> datetime | None:
-    """`_place` of a wall time given its two readings (`_instants`)."""
+    """The slot for a matching wall time, given its two readings (`_instants`), under the given DST
+    rule, or None if it has none."""
     if first <= last:
         return first if repeated == "first" else last
     if missing == "skip":
