@@ -128,6 +128,14 @@ def _event_key(name: str) -> bytes:
     return key
 
 
+def error_text(e: BaseException) -> str:
+    """An unexpected error as an `error` field: its type and its message's first line, in one line
+    of at most 500 characters."""
+    text = str(e).strip()
+    first = text.splitlines()[0].strip() if text else ""
+    return f"{type(e).__name__}: {first}"[:500] if first else type(e).__name__
+
+
 def event(name: str, shared: Fields | None = None, /, **fields: Any) -> None:
     """Write one event line: `event`, the process's fields, the `shared` ones, then `fields` (None
     values are kept as null). A name must appear only once among them."""

@@ -35,13 +35,6 @@ _WAIT_SLICE_S = 0.25  # longest uninterrupted wait, so a stop request is seen pr
 _STEP_ERROR_WAIT_S = 1.0  # the pause after a step's unexpected error, so a repeating one cannot spin
 
 
-def error_line(e: BaseException) -> str:
-    """An unexpected error in one line: its type and the first line of its message."""
-    text = str(e).strip()
-    first = text.splitlines()[0].strip() if text else ""
-    return f"{type(e).__name__}: {first}"[:500] if first else type(e).__name__
-
-
 class Ticker:
     """Runs ticks until `stop` is set (or, with until_idle, until nothing is due)."""
 
@@ -152,7 +145,7 @@ class Ticker:
                     self._step_failed(e)
                     self.stop.wait(_STEP_ERROR_WAIT_S)
         except Exception as e:
-            ended_by = error_line(e)
+            ended_by = logs.error_text(e)
             logs.event("ticker_crashed", ticker_id=self.settings.ticker_id, error=ended_by)
             raise
         finally:
@@ -169,7 +162,7 @@ class Ticker:
     def _step_failed(self, e: Exception) -> None:
         """Log a step's unexpected error as `tick_error` and record it on this ticker's registry row
         (on the next connection if this one cannot take it)."""
-        error = error_line(e)
+        error = logs.error_text(e)
         logs.event("tick_error", ticker_id=self.settings.ticker_id, error=error)
         conn = self.conn
         if conn is None or conn.closed:

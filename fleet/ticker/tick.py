@@ -159,5 +159,6 @@ def _timing_field(row: dict[str, Any]) -> str:
 
 def _error_line(e: Exception, row: dict[str, Any]) -> str:
     """The error as one line that names the field: a TimingError's own text starts with it."""
-    text = str(e) if isinstance(e, TimingError) else f"{_timing_field(row)}: {type(e).__name__}: {e}"
-    return " ".join(text.split())[:500]
+    if isinstance(e, TimingError):
+        return " ".join(str(e).split())[:500]
+    return f"{_timing_field(row)}: {logs.error_text(e)}"

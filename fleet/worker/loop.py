@@ -656,8 +656,7 @@ class Worker:
                 # taken over when their leases end, as after a crash, but the worker serves on.
                 self._erred = True
                 if self._error_log.due():
-                    error = f"{type(e).__name__}: {describe(e)}"
-                    logs.event("worker_error", worker_id=self.settings.worker_id, error=error)
+                    logs.event("worker_error", worker_id=self.settings.worker_id, error=logs.error_text(e))
                 if not self.stop.is_set():
                     self.wake.wait(_BORROW_S)
             if self._stopping_without_database():
