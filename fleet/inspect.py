@@ -376,11 +376,7 @@ def schedule_health(
 ) -> list[ScheduleHealth]:
     """Health of the named schedules (all when `names` is None or empty), by name; UnknownSchedule
     names the ones that do not exist. Its cost grows with the schedules, not with their history."""
-    from fleet.results import ScheduleHealth
-
-    if names:
-        schedules_require(conn, names)
-    return [ScheduleHealth(*v) for chunk in health_rows(conn, names, now) for v in chunk]
+    return health_report(conn, names, now)[1]
 
 
 # -- runs and attempts ---------------------------------------------------------------------------
