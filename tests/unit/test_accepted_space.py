@@ -294,6 +294,14 @@ def accepted(entry: dict[str, Any]) -> ScheduleSpec | None:
     return spec
 
 
+def accepted_spec(entry: dict[str, Any]) -> ScheduleSpec:
+    """The spec of an entry apply accepts; the others are assumed away."""
+    spec = accepted(entry)
+    assume(spec is not None)
+    assert spec is not None
+    return spec
+
+
 def timed(fn: Callable[[], T], what: str) -> T:
     """fn(), failing when it costs more than CALL_BUDGET_S of CPU."""
     started = time.process_time()
@@ -408,6 +416,26 @@ def check_plan(s: Stored, next_run_at: datetime, now: datetime, p: Plan) -> list
 # Planning keeps its bounds over the whole accepted space
 
 
+# Far ends found to flood the table: a ten-year grace, a cadence dense at other times of year.
+LONG_GRACE: dict[str, Any] = {
+    "entry": {
+        "name": "s",
+        "job": "noop",
+        "every": "1s",
+        "catchup": "skip",
+        "grace": "3660d",
+        "max_catchup": 10,
+    },
+    "applied_at": datetime(2026, 1, 1, tzinfo=UTC),
+    "later": 10 * DAY,
+}
+DENSE_IN_AUTUMN: dict[str, Any] = {
+    "entry": {"name": "s", "job": "noop", "cron": "* * * 9-10 *", "catchup": "all", "max_catchup": 10},
+    "applied_at": datetime(2026, 12, 1, tzinfo=UTC),
+    "later": 300 * DAY,
+}
+
+
 @PLANNING
 @given(entry=entries(), applied_at=APPLIED, later=LATER)
 @example(
@@ -440,16 +468,8 @@ def check_plan(s: Stored, next_run_at: datetime, now: datetime, p: Plan) -> list
     applied_at=datetime(2026, 1, 1, tzinfo=UTC),
     later=DAY,
 )
-@example(
-    entry={"name": "s", "job": "noop", "every": "1s", "catchup": "skip", "grace": "3660d", "max_catchup": 10},
-    applied_at=datetime(2026, 1, 1, tzinfo=UTC),
-    later=10 * DAY,
-)
-@example(
-    entry={"name": "s", "job": "noop", "cron": "* * * 9-10 *", "catchup": "all", "max_catchup": 10},
-    applied_at=datetime(2026, 12, 1, tzinfo=UTC),
-    later=300 * DAY,
-)
+@example(**LONG_GRACE)
+@example(**DENSE_IN_AUTUMN)
 @example(
     entry={
         "name": "s",
@@ -463,9 +483,7 @@ def check_plan(s: Stored, next_run_at: datetime, now: datetime, p: Plan) -> list
     later=25 * YEAR,
 )
 def test_one_tick_keeps_the_bounds(entry: dict[str, Any], applied_at: datetime, later: timedelta) -> None:
-    spec = accepted(entry)
-    assume(spec is not None)
-    assert spec is not None
+    spec = accepted_spec(entry)
     s = store(spec, applied_at)
     now = s.next_run_at + later
     note(f"next_run_at={s.next_run_at.isoformat()} now={now.isoformat()}")
@@ -480,22 +498,12 @@ LOOP_CALLS = 12
 
 @PLANNING
 @given(entry=entries(), applied_at=APPLIED, later=LATER)
-@example(
-    entry={"name": "s", "job": "noop", "every": "1s", "catchup": "skip", "grace": "3660d", "max_catchup": 10},
-    applied_at=datetime(2026, 1, 1, tzinfo=UTC),
-    later=10 * DAY,
-)
-@example(
-    entry={"name": "s", "job": "noop", "cron": "* * * 9-10 *", "catchup": "all", "max_catchup": 10},
-    applied_at=datetime(2026, 12, 1, tzinfo=UTC),
-    later=300 * DAY,
-)
+@example(**LONG_GRACE)
+@example(**DENSE_IN_AUTUMN)
 def test_the_ticks_at_one_instant_keep_the_bounds_together(
     entry: dict[str, Any], applied_at: datetime, later: timedelta
 ) -> None:
-    spec = accepted(entry)
-    assume(spec is not None)
-    assert spec is not None
+    spec = accepted_spec(entry)
     s = store(spec, applied_at)
     now = s.next_run_at + later
     nxt: datetime | None = s.next_run_at
@@ -548,9 +556,7 @@ def test_an_accepted_schedule_has_a_next_slot_for_ten_years(
     # the timing fails with TimingError (the ticker marks it broken) at that cost. The second
     # happens only where no slot is left for years: a zone's rules changed since (New York's
     # daylight saving moved in 2007 onto the only times of a cron accepted in 2000).
-    spec = accepted(entry)
-    assume(spec is not None)
-    assert spec is not None
+    spec = accepted_spec(entry)
     s = store(spec, applied_at)
     since = applied_at if spec.start_at is None else max(applied_at, spec.start_at)
     at = since + HORIZON * fraction
@@ -610,9 +616,8 @@ def test_interval_slots_are_anchor_plus_multiples_of_every(
     entry: dict[str, Any] = {"name": "s", "job": "noop", "every": every, "timezone": tz}
     if start_at is not None:
         entry["start_at"] = start_at
-    spec = accepted(entry)
-    assume(spec is not None)
-    assert spec is not None and spec.timing.every is not None
+    spec = accepted_spec(entry)
+    assert spec.timing.every is not None
     step = spec.timing.every
     anchor = spec.start_at if spec.start_at is not None else EPOCH
     try:
@@ -786,9 +791,7 @@ def compare_with_oracle(
         "dst_repeated": repeated,
         "dst_missing": missing,
     }
-    spec = accepted(entry)
-    assume(spec is not None)
-    assert spec is not None
+    spec = accepted_spec(entry)
     c = cron_sets(expr)
     six = len(NICKNAME_FIELDS.get(expr.strip().lower(), expr).split()) == 6
     step = SECOND if six else MINUTE
