@@ -8,8 +8,35 @@ from typing import Any
 import orjson
 import psycopg
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from fleet.ops.cli import main
+from tests.support import apply_text
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def hourly(conn: psycopg.Connection[Any], *names: str) -> None:
+    """Hourly schedules of the given names, running the job `noop`, overlap allowed."""
+    apply_text(
+        conn,
+        "".join(
+            f'[[schedule]]\nname = "{n}"\nevery = "1h"\njob = "noop"\noverlap = "allow"\n' for n in names
+        ),
+    )
+
+
+def samples(text: str) -> Samples:
+    """Every sample of a scrape, by name and labels, read with the Prometheus text parser."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(scrape: Samples, name: str, **labels: str) -> float:
+    return scrape[(name, tuple(sorted(labels.items())))]
 
 
 def fleetctl(capsys: pytest.CaptureFixture[str], db_url: str, *args: str) -> tuple[int, str, str]:

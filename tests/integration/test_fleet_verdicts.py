@@ -10,7 +10,6 @@ from typing import Any
 import orjson
 import psycopg
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from fleet import inspect
 from fleet.ops.metrics import FleetCollector
@@ -20,7 +19,7 @@ from fleet.results import HEALTH_FIELDS
 from fleet.settings import ticker_settings
 from fleet.ticker import loop
 from fleet.ticker.tick import run_once
-from tests.integration.ops_support import add_run, fleetctl, fleetctl_json
+from tests.integration.ops_support import Samples, add_run, fleetctl, fleetctl_json, hourly, samples, value
 from tests.support import apply_text, live_ticker, scalar
 
 Cap = pytest.CaptureFixture[str]
@@ -29,26 +28,8 @@ SLOT = datetime(2026, 3, 1, 10, tzinfo=UTC)
 ERROR = "cron: no slot after 2031-03-09T02:30:00+00:00 \x1b[2J"
 
 
-def hourly(conn: psycopg.Connection[Any], *names: str) -> None:
-    apply_text(
-        conn,
-        "".join(
-            f'[[schedule]]\nname = "{n}"\nevery = "1h"\njob = "noop"\noverlap = "allow"\n' for n in names
-        ),
-    )
-
-
-def scrape(db_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = FleetCollector(db_url, settle_s=0).render().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def metric(got: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
-    return got[(name, tuple(sorted(labels.items())))]
+def scrape(db_url: str) -> Samples:
+    return samples(FleetCollector(db_url, settle_s=0).render().decode())
 
 
 def test_a_broken_schedule_is_broken_with_its_error_and_the_others_keep_their_verdicts(
@@ -91,16 +72,16 @@ def test_a_broken_schedule_is_broken_with_its_error_and_the_others_keep_their_ve
     assert "schedule_broken_error" not in shown
 
     got = scrape(db_url)
-    assert metric(got, "fleet_schedule_verdict", schedule="broken", verdict="BROKEN") == 1
-    assert metric(got, "fleet_schedule_verdict", schedule="broken", verdict="OK") == 0
-    assert metric(got, "fleet_schedule_verdict", schedule="dead", verdict="DEAD") == 1
-    assert metric(got, "fleet_schedule_verdict", schedule="fine", verdict="OK") == 1
-    assert metric(got, "fleet_schedule_healthy", schedule="broken") == 0
-    assert metric(got, "fleet_schedule_broken", schedule="broken") == 1
-    assert metric(got, "fleet_schedule_broken", schedule="fine") == 0
-    assert metric(got, "fleet_schedules", verdict="BROKEN") == 1
-    assert metric(got, "fleet_schedules_broken") == 1
-    assert metric(got, "fleet_schedule_broken_info", schedule="broken", error=ERROR) == 1
+    assert value(got, "fleet_schedule_verdict", schedule="broken", verdict="BROKEN") == 1
+    assert value(got, "fleet_schedule_verdict", schedule="broken", verdict="OK") == 0
+    assert value(got, "fleet_schedule_verdict", schedule="dead", verdict="DEAD") == 1
+    assert value(got, "fleet_schedule_verdict", schedule="fine", verdict="OK") == 1
+    assert value(got, "fleet_schedule_healthy", schedule="broken") == 0
+    assert value(got, "fleet_schedule_broken", schedule="broken") == 1
+    assert value(got, "fleet_schedule_broken", schedule="fine") == 0
+    assert value(got, "fleet_schedules", verdict="BROKEN") == 1
+    assert value(got, "fleet_schedules_broken") == 1
+    assert value(got, "fleet_schedule_broken_info", schedule="broken", error=ERROR) == 1
 
     # changing the schedule (apply) clears the mark: it is OK again
     apply_text(conn, '[[schedule]]\nname = "broken"\nevery = "2h"\njob = "noop"\noverlap = "allow"\n')
@@ -142,10 +123,10 @@ def test_without_a_live_ticker_every_enabled_schedule_is_no_ticker(
     assert code == 1 and first.startswith("fleet: NO-TICKER: no ticker seen for 1m1")
     assert "(last: ticker-a on " in first
     got = scrape(db_url)
-    assert metric(got, "fleet_tickers_live") == 0
-    assert 75 <= metric(got, "fleet_ticker_last_seen_seconds") < 90
-    assert metric(got, "fleet_schedule_verdict", schedule="a", verdict="NO-TICKER") == 1
-    assert metric(got, "fleet_schedules", verdict="NO-TICKER") == 2
+    assert value(got, "fleet_tickers_live") == 0
+    assert 75 <= value(got, "fleet_ticker_last_seen_seconds") < 90
+    assert value(got, "fleet_schedule_verdict", schedule="a", verdict="NO-TICKER") == 1
+    assert value(got, "fleet_schedules", verdict="NO-TICKER") == 2
 
     # seen 50 s ago: still live, and the schedules are OK
     conn.execute("UPDATE fleet.processes SET seen_at = now() - interval '50 seconds'")
@@ -154,7 +135,7 @@ def test_without_a_live_ticker_every_enabled_schedule_is_no_ticker(
     conn.execute("UPDATE fleet.processes SET seen_at = now()")
     code, payload = fleetctl_json(capsys, db_url, "status")
     assert code == 0 and [s["verdict"] for s in payload] == ["OK", "OK", "PAUSED"]
-    assert metric(scrape(db_url), "fleet_tickers_live") == 1
+    assert value(scrape(db_url), "fleet_tickers_live") == 1
     # a worker is no ticker
     conn.execute("DELETE FROM fleet.processes")
     conn.execute("INSERT INTO fleet.processes (id, kind, host, pid) VALUES ('w1', 'worker', 'h', 1)")
@@ -175,8 +156,8 @@ def test_a_ticker_that_crashed_lately_is_ticker_crashing_and_keeps_its_count_acr
     code, payload = fleetctl_json(capsys, db_url, "status")
     assert code == 1 and payload[0]["verdict"] == "TICKER-CRASHING"
     got = scrape(db_url)
-    assert metric(got, "fleet_tickers_crashing") == 1 and metric(got, "fleet_ticker_crashes") == 1
-    assert metric(got, "fleet_tickers_live") == 1
+    assert value(got, "fleet_tickers_crashing") == 1 and value(got, "fleet_ticker_crashes") == 1
+    assert value(got, "fleet_tickers_live") == 1
 
     # restarted under the same id (a process manager's restart): the count stays and grows
     process_register(conn, "ticker-a", "ticker")
@@ -189,8 +170,8 @@ def test_a_ticker_that_crashed_lately_is_ticker_crashing_and_keeps_its_count_acr
     conn.execute("UPDATE fleet.processes SET crashed_at = now() - interval '6 minutes'")
     code, out, _ = fleetctl(capsys, db_url, "status")
     assert code == 0 and out.startswith("SCHEDULE")
-    assert metric(scrape(db_url), "fleet_ticker_crashes") == 2
-    assert metric(scrape(db_url), "fleet_tickers_crashing") == 0
+    assert value(scrape(db_url), "fleet_ticker_crashes") == 2
+    assert value(scrape(db_url), "fleet_tickers_crashing") == 0
     # a clean stop removes the row, its count with it
     process_remove(conn, "ticker-a")
     assert scalar(conn, "SELECT count(*) FROM fleet.processes") == 0

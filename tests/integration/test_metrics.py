@@ -11,27 +11,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from fleet.ops.metrics import FleetCollector, parse_listen
 from fleet.ops.repair import run_prune
-from tests.integration.ops_support import add_run
+from tests.integration.ops_support import add_run, samples, value
 from tests.support import Proc, apply_text, env_for, fleetctl_cmd, live_ticker, processes, scalar, wait_for
 
 SLOT = datetime(2026, 3, 1, 10, tzinfo=UTC)
-
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of a scrape, by name and labels, read with the Prometheus text parser."""
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(scrape: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
-    return scrape[(name, tuple(sorted(labels.items())))]
 
 
 def test_a_scrape_carries_health_numbers_and_counters_that_survive_prune(

@@ -10,21 +10,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.integration.ops_support import add_run, fleetctl, fleetctl_json, snapshot
+from tests.integration.ops_support import add_run, fleetctl, fleetctl_json, hourly, snapshot
 from tests.support import apply_text, env_for, fleetctl_cmd, live_ticker
 
 Cap = pytest.CaptureFixture[str]
 SLOT = datetime(2026, 3, 1, 10, tzinfo=UTC)
 ESC = "\x1b"
-
-
-def hourly(conn: psycopg.Connection[Any], *names: str) -> None:
-    apply_text(
-        conn,
-        "".join(
-            f'[[schedule]]\nname = "{n}"\nevery = "1h"\njob = "noop"\noverlap = "allow"\n' for n in names
-        ),
-    )
 
 
 def test_status_says_paused_instead_of_a_stale_next_slot_and_shows_dead_with_paused(
