@@ -54,8 +54,10 @@ CREATE TABLE fleet.job_runs (
     trace_id text,
     span_id text,
     traced boolean NOT NULL DEFAULT false,
+    start_by timestamp with time zone,
     CONSTRAINT job_runs_finite_times CHECK ((isfinite(scheduled_for) AND isfinite(run_after) AND isfinite(locked_until) AND isfinite(started_at) AND isfinite(finished_at))) NOT VALID,
     CONSTRAINT job_runs_origin_check CHECK ((origin = ANY (ARRAY['schedule'::text, 'trigger'::text, 'backfill'::text]))),
+    CONSTRAINT job_runs_start_by_finite CHECK (isfinite(start_by)) NOT VALID,
     CONSTRAINT job_runs_schedule_name_fkey FOREIGN KEY (schedule_name) REFERENCES fleet.schedules(name) ON DELETE CASCADE,
     CONSTRAINT job_runs_pkey PRIMARY KEY (schedule_name, scheduled_for)
 );
@@ -65,6 +67,7 @@ CREATE INDEX job_runs_finished ON fleet.job_runs USING btree (finished_at) WHERE
 CREATE INDEX job_runs_leases ON fleet.job_runs USING btree (locked_until) WHERE (status = 'running'::fleet.run_status);
 CREATE INDEX job_runs_open ON fleet.job_runs USING btree (schedule_name, scheduled_for) WHERE (status = ANY (ARRAY['pending'::fleet.run_status, 'running'::fleet.run_status]));
 CREATE INDEX job_runs_pending ON fleet.job_runs USING btree (run_after) WHERE (status = 'pending'::fleet.run_status);
+CREATE INDEX job_runs_start_by ON fleet.job_runs USING btree (start_by) WHERE (start_by IS NOT NULL);
 CREATE TRIGGER job_runs_delete_attempts AFTER DELETE ON fleet.job_runs REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION fleet.delete_attempts();
 
 CREATE TABLE fleet.migrations (

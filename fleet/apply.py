@@ -166,7 +166,7 @@ _FIELDS: tuple[tuple[str, str, Callable[[ScheduleSpec], Any], Callable[[Any, Any
 # What a run copies from its schedule when it is created. A change to one of them (or to the timing)
 # replaces the runs created ahead of their time; the other fields are read when a run is claimed,
 # or decide only what happens to slots in the past.
-_RUN_FIELDS = frozenset({"job", "args", "overlap"})
+_RUN_FIELDS = frozenset({"job", "args", "overlap", "grace"})  # copied into runs created ahead
 
 
 def diff(old: dict[str, Any], spec: ScheduleSpec) -> list[FieldChange]:

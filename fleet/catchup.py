@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -10,6 +11,7 @@ from fleet.schedule import (
     DROPPED_COUNT_LIMIT,
     Timing,
     TimingError,
+    format_duration,
     latest_slot_at_or_before,
     newest_slots_from,
     next_slot,
@@ -30,6 +32,9 @@ class Plan:
     skipped: list[tuple[datetime, str]] = field(default_factory=list)
     missed: int = 0  # slots dropped by the policy without a row (skip / latest)
     next_run_at: datetime | None = None
+    # The grace of the slots in `run` that are created ahead of their time (those after now): each
+    # must be started, or seen due by a ticker, within it (see `settle_stale`).
+    ahead_grace: timedelta | None = None
 
 
 def plan_slots(
@@ -53,10 +58,10 @@ def plan_slots(
     `latest` of the on-time ones (so a long grace cannot create more either); the older ones are
     counted missed without a row. Any slot kept but older than `max_lateness` is recorded as skipped.
     Then, once every slot up to `now` is planned, the slots in (now, now + lookahead] are kept too,
-    to be created ahead of their time. At most `limit` slots are handled; when more remain,
-    next_run_at stays within the horizon so the next tick goes on. The work is bounded by `limit`
-    and `max_catchup` slots, and date arithmetic saturates rather than overflowing; a timing that
-    cannot be evaluated raises TimingError.
+    to be created ahead of their time, with the grace they get in `ahead_grace`. At most `limit`
+    slots are handled; when more remain, next_run_at stays within the horizon so the next tick
+    goes on. The work is bounded by `limit` and `max_catchup` slots, and date arithmetic saturates
+    rather than overflowing; a timing that cannot be evaluated raises TimingError.
     """
     plan = _plan_due(
         timing,
@@ -81,7 +86,18 @@ def plan_slots(
         if ahead:
             plan.run.extend(ahead)
             plan.next_run_at = after
+            plan.ahead_grace = _grace(timing, grace, nxt)
     return plan
+
+
+def _grace(timing: Timing, grace: timedelta | None, at: datetime) -> timedelta:
+    """The schedule's grace, or its default from the cadence around `at`."""
+    if grace is not None:
+        return grace
+    try:
+        return default_grace(nominal_interval(timing, at))
+    except TimingError:
+        return MAX_GRACE  # no cadence around `at` (no slot left): its missed slots still count
 
 
 def _plan_due(
@@ -98,11 +114,7 @@ def _plan_due(
     """The catch-up policy over the slots in [next_run_at, now]."""
     if next_run_at > now:
         return Plan(next_run_at=next_run_at)
-    if grace is None:
-        try:
-            grace = default_grace(nominal_interval(timing, now))
-        except TimingError:
-            grace = MAX_GRACE  # no cadence around now (no slot left): its missed slots still count
+    grace = _grace(timing, grace, now)
     plan = Plan()
     on_time_from = saturating_add(now, -grace)
     if catchup == "all":
@@ -162,7 +174,65 @@ def _newest(
 
 
 def _keep(plan: Plan, slot: datetime, now: datetime, max_lateness: timedelta | None) -> None:
-    if max_lateness is not None and now - slot > max_lateness:
-        plan.skipped.append((slot, f"max_lateness: {now - slot} late (limit {max_lateness})"))
+    late = _too_late(slot, now, max_lateness)
+    if late is not None:
+        plan.skipped.append((slot, late))
     else:
         plan.run.append(slot)
+
+
+def _too_late(slot: datetime, now: datetime, max_lateness: timedelta | None) -> str | None:
+    """Why a slot kept by the policy is still skipped: older than max_lateness."""
+    if max_lateness is not None and now - slot > max_lateness:
+        return f"max_lateness: {now - slot} late (limit {max_lateness})"
+    return None
+
+
+@dataclass(frozen=True)
+class StaleRun:
+    """A run created ahead of its time that no worker started, and no ticker saw due, by `start_by`
+    (its slot plus its grace): a slot missed as surely as one a stopped ticker never created."""
+
+    slot: datetime
+    start_by: datetime
+
+
+def settle_stale(
+    catchup: CatchUp,
+    stale: Sequence[StaleRun],
+    newer: int,
+    now: datetime,
+    *,
+    max_lateness: timedelta | None,
+    max_catchup: int | None,
+) -> list[str | None]:
+    """For each of one schedule's stale runs (oldest first): None to run it, else why it is skipped.
+
+    They are missed slots, settled as the catch-up policy settles slots created late: `skip` skips
+    each; `latest` runs the newest unless one of the `newer` runs (the schedule's runs with a later
+    slot up to now) is there; `all` runs the newest `max_catchup` less the newer runs. A run kept but
+    older than `max_lateness` is skipped, as at creation.
+    """
+    if catchup == "all":
+        room = len(stale) if max_catchup is None else max(0, max_catchup - newer)
+    elif catchup == "latest":
+        room = 0 if newer else 1
+    else:
+        room = 0
+    kept_from = len(stale) - min(room, len(stale))
+    out: list[str | None] = []
+    for i, run in enumerate(stale):
+        if i < kept_from:
+            grace = format_duration(run.start_by - run.slot)
+            why = _WHY_DROPPED[catchup].format(max_catchup=max_catchup)
+            out.append(f"catchup {catchup}: not started within its grace ({grace}){why}")
+        else:
+            out.append(_too_late(run.slot, now, max_lateness))
+    return out
+
+
+_WHY_DROPPED: dict[CatchUp, str] = {
+    "skip": "",
+    "latest": "; a newer slot runs instead",
+    "all": "; older than the newest {max_catchup} slots caught up",
+}

@@ -5,9 +5,10 @@
 -- with the owner who runs `fleetctl migrate`.
 --
 --   fleet_ticker    materialises slots: reads schedules, advances their next slot, inserts runs
---                   whose job and args are their schedule's own; deletes finished (done, skipped)
---                   runs for retention, their attempts going with them; cannot finish or change
---                   runs, nor delete a dead, pending or running one
+--                   whose job and args are their schedule's own; settles runs created ahead that
+--                   nobody started in time (run or skipped, never started by it); deletes finished
+--                   (done, skipped) runs for retention, their attempts going with them; cannot
+--                   finish or change other runs, nor delete a dead, pending or running one
 --   fleet_worker    claims, heartbeats and finishes runs; may set a schedule's overlap gate only to
 --                   an open run of that schedule; cannot change a schedule's definition, or a run's
 --                   job, args or key
@@ -38,12 +39,13 @@ GRANT UPDATE (next_run_at, missed_slots, cadence_from, cadence_mid, cadence_unti
     ON fleet.schedules TO fleet_ticker;
 GRANT INSERT, UPDATE ON fleet.schedule_stats TO fleet_ticker;
 GRANT INSERT, DELETE ON fleet.job_runs TO fleet_ticker;
+GRANT UPDATE (start_by, status, finished_at, last_error) ON fleet.job_runs TO fleet_ticker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_ticker;
 GRANT INSERT, UPDATE ON fleet.chores TO fleet_ticker;
 
 GRANT INSERT, UPDATE ON fleet.schedule_gates TO fleet_worker;
 GRANT UPDATE (status, attempts, failures, last_outcome, locked_by, locked_host, locked_pid, locked_until,
-              started_at, finished_at, last_error, run_after, trace_id, span_id, traced)
+              started_at, finished_at, last_error, run_after, trace_id, span_id, traced, start_by)
     ON fleet.job_runs TO fleet_worker;
 GRANT INSERT ON fleet.job_attempts TO fleet_worker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_worker;
@@ -94,6 +96,12 @@ CREATE POLICY fleet_ticker_materialize ON fleet.job_runs FOR INSERT TO fleet_tic
         SELECT 1 FROM fleet.schedules s
         WHERE s.name = job_runs.schedule_name AND s.job = job_runs.job AND s.args = job_runs.args
           AND s.overlap = job_runs.overlap));
+-- A ticker changes only runs created ahead and never started (start_by set, pending): it confirms
+-- one (start_by cleared) or settles it by the catch-up policy (left pending or recorded skipped).
+DROP POLICY IF EXISTS fleet_ticker_settle ON fleet.job_runs;
+CREATE POLICY fleet_ticker_settle ON fleet.job_runs FOR UPDATE TO fleet_ticker
+    USING (start_by IS NOT NULL AND status = 'pending' AND attempts = 0 AND origin = 'schedule')
+    WITH CHECK (start_by IS NULL AND status IN ('pending', 'skipped') AND attempts = 0);
 -- Retention: a ticker deletes only finished runs; a dead run stays until an operator handles it.
 DROP POLICY IF EXISTS fleet_ticker_retention ON fleet.job_runs;
 CREATE POLICY fleet_ticker_retention ON fleet.job_runs FOR DELETE TO fleet_ticker

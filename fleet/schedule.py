@@ -415,7 +415,7 @@ def describe(t: Timing) -> str:
             details.append(f"missing times: {t.dst_missing}")
         return f"cron {text} ({', '.join(details)})"
     if isinstance(t.every, timedelta):
-        text = f"every {_format_duration(t.every)}"
+        text = f"every {format_duration(t.every)}"
         if isinstance(t.anchor, datetime) and t.anchor.utcoffset() is not None:
             text += f" from {_iso(t.anchor)}"
         return text
@@ -803,7 +803,7 @@ def _quote(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _format_duration(value: timedelta) -> str:
+def format_duration(value: timedelta) -> str:
     """Format `value` in the notation :func:`parse_duration` reads, e.g. ``1h30m``."""
     micros = value // _MICROSECOND
     if micros == 0:

@@ -1,13 +1,15 @@
 -- Statements on `job_runs` and `job_attempts`: materialising slots, claiming, heartbeats, finishing.
 
 -- name: slot_materialize
+-- A slot created ahead of its time has its start_by (slot + grace); the others NULL.
 INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, origin, status, run_after, finished_at,
-                      last_error, created_trace_id, created_span_id)
+                      last_error, created_trace_id, created_span_id, start_by)
 SELECT v.name, v.slot, s.job, s.args, s.overlap, %(origin)s, v.status::fleet.run_status, v.slot,
        CASE WHEN v.status = 'skipped' THEN coalesce(%(now)b::timestamptz, now()) END, v.reason,
-       %(trace_id)s, %(span_id)s
-FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(statuses)b::text[], %(reasons)b::text[])
-     AS v(name, slot, status, reason)
+       %(trace_id)s, %(span_id)s, v.start_by
+FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(statuses)b::text[], %(reasons)b::text[],
+            %(start_bys)b::timestamptz[])
+     AS v(name, slot, status, reason, start_by)
 JOIN fleet.schedules s ON s.name = v.name
 ON CONFLICT DO NOTHING
 RETURNING schedule_name, scheduled_for, status::text AS status
@@ -53,7 +55,8 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
        set_config('jit', 'off', true)
 
 -- name: run_claim
--- Claim due runs: pending and due, or running with an expired lease, by one path. Runs of a
+-- Claim due runs: pending and due, or running with an expired lease, by one path. A run created
+-- ahead of its time that is past its start_by is a missed slot, left for a ticker to settle. Runs of a
 -- schedule whose overlap is not 'allow' must also take the schedule's gate (fleet.schedule_gates,
 -- a row created by the first claim that takes it); a fresh run that finds the gate held by another
 -- run is recorded 'skipped' under overlap 'skip' and left pending under 'queue'. Claimers of two
@@ -69,10 +72,12 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- is one hashed lookup per run, where NOT EXISTS was planned as a nested loop over both CTEs.
 -- The result has the columns of `out` and the schedule's, and 'overlap' in skipped_reason for a
 -- run recorded skipped (then only its key is set). Empty args come back as NULL: nothing to decode.
+-- `now` has no cast (coalesce with now() gives it its type): the statement stays under psycopg's
+-- 4 kB cache limit.
 WITH expired AS (
     SELECT r.*
     FROM fleet.job_runs r
-    WHERE r.status = 'running' AND r.locked_until < coalesce(%(now)b::timestamptz, now())
+    WHERE r.status = 'running' AND r.locked_until < coalesce(%(now)b, now())
       AND r.job = ANY(%(jobs)b::text[])
     ORDER BY r.locked_until
     LIMIT %(limit)s
@@ -81,8 +86,9 @@ WITH expired AS (
 due AS (
     SELECT r.*
     FROM fleet.job_runs r
-    WHERE r.status = 'pending' AND r.run_after <= coalesce(%(now)b::timestamptz, now())
+    WHERE r.status = 'pending' AND r.run_after <= coalesce(%(now)b, now())
       AND r.job = ANY(%(jobs)b::text[])
+      AND (r.start_by IS NULL OR r.start_by >= coalesce(%(now)b, now()))
       AND (r.overlap <> 'queue' OR NOT EXISTS (
               SELECT 1 FROM fleet.job_runs e
               WHERE e.schedule_name = r.schedule_name AND e.scheduled_for < r.scheduled_for
@@ -112,11 +118,12 @@ claimed AS (
         locked_by = %(worker)s,
         locked_host = %(host)s,
         locked_pid = %(pid)s,
-        locked_until = coalesce(%(now)b::timestamptz, now()) + make_interval(secs => %(lease_s)s),
-        started_at = coalesce(%(now)b::timestamptz, now()),
+        locked_until = coalesce(%(now)b, now()) + make_interval(secs => %(lease_s)s),
+        started_at = coalesce(%(now)b, now()),
         trace_id = encode(substr(%(ids)b::bytea, c.n * 24 - 23, 16), 'hex'),
         span_id = encode(substr(%(ids)b::bytea, c.n * 24 - 7, 8), 'hex'),
-        traced = %(traced)b
+        traced = %(traced)b,
+        start_by = NULL
     FROM (SELECT c.schedule_name, c.scheduled_for, row_number() OVER ()::int AS n FROM cand c
           WHERE c.overlap = 'allow'
              OR EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
@@ -127,8 +134,8 @@ claimed AS (
 ),
 skipped AS (
     UPDATE fleet.job_runs r
-    SET status = 'skipped', finished_at = coalesce(%(now)b::timestamptz, now()), last_outcome = 'skipped',
-        last_error = 'overlap: an earlier run of this schedule was still in progress'
+    SET status = 'skipped', finished_at = coalesce(%(now)b, now()), last_outcome = 'skipped',
+        start_by = NULL, last_error = %(overlap_error)s
     FROM (SELECT c.schedule_name, c.scheduled_for FROM cand c
           WHERE c.overlap = 'skip' AND c.status = 'pending' AND c.attempts = 0
             AND (c.schedule_name, c.scheduled_for) NOT IN (SELECT g.name, g.running_slot FROM gate g)
@@ -324,3 +331,72 @@ gone AS (
 )
 SELECT (SELECT count(*) FROM gone) AS runs, (SELECT count(*) FROM batch) AS found,
        (SELECT max(b.scheduled_for) FROM batch b) AS last_slot
+
+-- name: run_confirm_ahead
+-- Runs created ahead of their time that came due while a ticker runs are confirmed: their start_by
+-- goes, as if this ticker had created them on time, and they wait for a worker however long. A run
+-- is confirmed late in its grace, once workers have had most of it to start the run (a start
+-- clears start_by too, and then nothing is written here): from `margin` before its start_by, or
+-- halfway through a grace shorter than twice that. Then the schedules with stale runs (past their
+-- start_by, neither started nor confirmed: missed slots) and nothing left to plan now are locked,
+-- at most `limit`, for run_stale and run_settle in the same transaction (each statement its own
+-- snapshot, so run_stale sees every run committed before the lock was taken).
+-- Every run whose start_by is set is pending (each statement that starts or ends one clears it):
+-- the status test is on its text, so that only the small index of those runs can serve, never
+-- the index of every pending run (a backlog).
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+confirmed AS (
+    UPDATE fleet.job_runs r SET start_by = NULL
+    FROM (SELECT a.schedule_name, a.scheduled_for FROM fleet.job_runs a, t
+          WHERE a.start_by >= t.now AND a.start_by <= t.now + %(margin)s::interval
+            AND a.scheduled_for + (a.start_by - a.scheduled_for) / 2 <= t.now AND a.status::text = 'pending'
+          FOR UPDATE OF a SKIP LOCKED) c
+    WHERE r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
+),
+stale AS (
+    SELECT DISTINCT a.schedule_name FROM fleet.job_runs a, t
+    WHERE a.start_by IS NOT NULL AND a.start_by < t.now AND a.status::text = 'pending'
+)
+SELECT s.name, s.catchup, s.max_catchup, s.max_lateness, t.now AS db_now
+FROM stale JOIN fleet.schedules s ON s.name = stale.schedule_name, t
+WHERE NOT (s.enabled AND s.paused_at IS NULL AND s.broken_at IS NULL AND s.next_run_at <= t.now)
+ORDER BY s.name
+LIMIT %(limit)s
+FOR UPDATE OF s SKIP LOCKED
+
+-- name: run_stale
+-- The stale runs of the named schedules (locked by run_confirm_ahead), oldest first, each with how
+-- many runs its schedule has with a later slot up to now, counted up to its max_catchup: under
+-- `latest` one of them stands for the missed slots, under `all` they count toward max_catchup.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+stale AS (
+    SELECT r.schedule_name, r.scheduled_for, r.start_by
+    FROM fleet.job_runs r, t
+    WHERE r.schedule_name = ANY(%(names)s::text[]) AND r.start_by IS NOT NULL AND r.start_by < t.now
+      AND r.status::text = 'pending'
+),
+newer AS (
+    SELECT n.schedule_name,
+           (SELECT count(*) FROM (SELECT 1 FROM fleet.job_runs o
+                                  WHERE o.schedule_name = n.schedule_name AND o.origin = 'schedule'
+                                    AND o.scheduled_for > n.newest AND o.scheduled_for <= t.now
+                                  LIMIT sc.max_catchup) x) AS newer
+    FROM (SELECT schedule_name, max(scheduled_for) AS newest FROM stale GROUP BY schedule_name) n
+    JOIN fleet.schedules sc ON sc.name = n.schedule_name, t
+)
+SELECT s.schedule_name, s.scheduled_for, s.start_by, w.newer
+FROM stale s JOIN newer w ON w.schedule_name = s.schedule_name
+ORDER BY s.schedule_name, s.scheduled_for
+
+-- name: run_settle
+-- Stale runs settled by their schedule's catch-up policy: run (start_by cleared, so claimable at
+-- once), or recorded skipped with the reason. Only a run still stale changes.
+UPDATE fleet.job_runs r
+SET start_by = NULL,
+    status = CASE WHEN v.reason IS NULL THEN 'pending' ELSE 'skipped' END::fleet.run_status,
+    finished_at = CASE WHEN v.reason IS NOT NULL THEN coalesce(%(now)s::timestamptz, now()) END,
+    last_error = v.reason
+FROM unnest(%(names)s::text[], %(slots)s::timestamptz[], %(reasons)s::text[]) AS v(name, slot, reason)
+WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.status::text = 'pending'
+  AND r.start_by IS NOT NULL
+RETURNING r.schedule_name, r.status::text AS status

@@ -76,13 +76,22 @@ FROM unnest(%(names)s::text[], %(errors)s::text[]) AS v(name, error)
 WHERE s.name = v.name
 
 -- name: schedule_next_wait
--- Seconds from the database's now() until the earliest next slot enters the lookahead, for the
--- ticker's sleep. A broken schedule's next slot is left out (it stays in the past while the
--- schedule is skipped); the ticker's poll brings it back when it is tried again.
-SELECT extract(epoch FROM min(next_run_at) - coalesce(%(now)s::timestamptz, now())
-                          - %(lookahead)s::interval)::float8 AS wait_s
-FROM fleet.schedules
-WHERE enabled AND paused_at IS NULL AND broken_at IS NULL
+-- Seconds from the database's now() until the ticker's next work, for its sleep: the earliest next
+-- slot entering the lookahead, or a run created ahead to confirm (the moment run_confirm_ahead
+-- takes it; the run with the earliest start_by comes first, and confirming it confirms any other
+-- then due). A broken schedule's next slot is left out (it stays in the past while the schedule is
+-- skipped); the ticker's poll brings it back when it is tried again.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT extract(epoch FROM least(
+           (SELECT min(next_run_at) FROM fleet.schedules
+            WHERE enabled AND paused_at IS NULL AND broken_at IS NULL) - %(lookahead)s::interval,
+           (SELECT greatest(r.start_by - %(margin)s::interval, r.scheduled_for + (r.start_by - r.scheduled_for) / 2)
+            FROM fleet.job_runs r
+            WHERE r.start_by >= t.now AND r.status::text = 'pending'
+            ORDER BY r.start_by
+            LIMIT 1)
+       ) - t.now)::float8 AS wait_s
+FROM t
 
 -- name: schedule_retention_page
 -- The next schedules of a retention pass, in name order from `after` (included with `inclusive`),

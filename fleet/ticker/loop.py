@@ -27,12 +27,18 @@ from fleet.migrate import check_schema
 from fleet.queries import q
 from fleet.registry import process_crash, process_register, process_remove, process_touch
 from fleet.settings import TickerSettings
+from fleet.ticker import settle
 from fleet.ticker.housekeeping import ticker_chores
 from fleet.ticker.tick import TickResult, run_once
 
 _RECONNECT_DEADLINE_S = 365 * 86400.0  # keep trying: a process manager restarting us helps nobody
 _WAIT_SLICE_S = 0.25  # longest uninterrupted wait, so a stop request is seen promptly
 _STEP_ERROR_WAIT_S = 1.0  # the pause after a step's unexpected error, so a repeating one cannot spin
+# Wake-ups by NOTIFY are at least this far apart, whatever arrives meanwhile counting as one: any
+# session may notify the channel, and a flood of notifications costs a ticker ten ticks a second.
+# Slots never wait for a notification (the ticker wakes for them itself); a changed schedule is
+# picked up within this.
+_NOTIFY_GAP_S = 0.1
 
 
 class Ticker:
@@ -55,6 +61,7 @@ class Ticker:
         self._retried_unprepared = False
         # an unexpected error not yet recorded on the registry row (no connection at the time)
         self._unrecorded_error: str | None = None
+        self._notified_mono = -_NOTIFY_GAP_S  # when a NOTIFY last woke this ticker
 
     def _connect(self) -> None:
         app = f"fleet-ticker {self.settings.ticker_id}"
@@ -202,7 +209,8 @@ class Ticker:
             chore_wait = max(chore_wait if chore_wait is not None else s.poll_s, 0.0 if stepped else 0.1)
             self.chores_due = time.monotonic() + chore_wait
         row = self.conn.execute(
-            q("schedule_next_wait"), {"now": None, "lookahead": self.lookahead}
+            q("schedule_next_wait"),
+            {"now": None, "lookahead": self.lookahead, "margin": settle.CONFIRM_MARGIN},
         ).fetchone()
         wait = row["wait_s"] if row and row["wait_s"] is not None else s.poll_s
         if self.chores and not s.until_idle:
@@ -231,6 +239,9 @@ class Ticker:
                 trace_ids=span.ids,
             )
             span.done(result.schedules, result.created, result.skipped)
+        # Off the slots' path: the runs created ahead that came due, and the stale ones.
+        settled = settle.run_once(self.conn)
+        result.still_due = result.still_due or settled.still_stale
         self.ticks += 1
         if result.created or result.skipped:
             logs.event(
@@ -244,12 +255,22 @@ class Ticker:
         return result
 
     def _wait(self, seconds: float) -> None:
-        """Sleep up to `seconds` (monotonic), returning early on a NOTIFY or a stop request."""
+        """Sleep up to `seconds` (monotonic), returning early on a NOTIFY (at most one wake-up per
+        _NOTIFY_GAP_S, the notifications received meanwhile coalesced) or a stop request."""
         assert self.listen is not None
         end = time.monotonic() + seconds
         while not self.stop.is_set():
             left = end - time.monotonic()
             if left <= 0:
                 return
-            for _ in self.listen.notifies(timeout=min(left, _WAIT_SLICE_S), stop_after=1):
+            arrived = self.listen.notifies(timeout=min(left, _WAIT_SLICE_S), stop_after=1)
+            notified = next(arrived, None) is not None
+            arrived.close()  # releases the connection, which the draining below takes again
+            if notified:
+                too_soon = self._notified_mono + _NOTIFY_GAP_S - time.monotonic()
+                if too_soon > 0 and self.stop.wait(min(too_soon, max(0.0, end - time.monotonic()))):
+                    return
+                for _ in self.listen.notifies(timeout=0):
+                    pass  # the ones that arrived meanwhile are this wake-up's too
+                self._notified_mono = time.monotonic()
                 return

@@ -12,7 +12,7 @@ import psycopg
 from fleet import logs
 from fleet.catchup import Plan, plan_slots
 from fleet.queries import q
-from fleet.schedule import TimingError, timing_of
+from fleet.schedule import TimingError, saturating_add, timing_of
 
 # A broken schedule (its timing could not be evaluated) is tried again this long after it broke: an
 # upgraded fleet, or a time zone database that changed, may evaluate it.
@@ -44,8 +44,9 @@ def run_once(
     Due-ness and slot times come from the database: `now()` (or `now` in tests) and the stored
     `next_run_at`, the first slot not created yet. Past slots go through the catch-up policy; the
     slots in (now, now + lookahead] are created pending with `run_after` = the slot, so no worker
-    claims one before its time. Concurrent tickers skip each other's locked schedules, and the
-    primary key with ON CONFLICT DO NOTHING makes each slot one row even if two tickers ever overlap.
+    claims one before its time, and with `start_by` = the slot + its grace (`fleet.ticker.settle`).
+    Concurrent tickers skip each other's locked schedules, and the primary key with ON CONFLICT DO
+    NOTHING makes each slot one row even if two tickers ever overlap.
 
     A schedule whose planning raises is one schedule's problem: it is marked broken with the error
     (one line naming the field), its next slot stays, and every other schedule of the batch goes on.
@@ -62,6 +63,7 @@ def run_once(
         slots: list[datetime] = []
         statuses: list[str] = []
         reasons: list[str | None] = []
+        start_bys: list[datetime | None] = []  # a slot created ahead: its slot + grace
         adv_names: list[str] = []
         adv_next: list[datetime | None] = []
         adv_missed: list[int] = []
@@ -82,11 +84,16 @@ def run_once(
                 slots.append(slot)
                 statuses.append("pending")
                 reasons.append(None)
+                grace = plan.ahead_grace
+                start_bys.append(
+                    saturating_add(slot, grace) if grace is not None and slot > row["db_now"] else None
+                )
             for slot, reason in plan.skipped:
                 names.append(row["name"])
                 slots.append(slot)
                 statuses.append("skipped")
                 reasons.append(reason)
+                start_bys.append(None)
             adv_names.append(row["name"])
             adv_next.append(plan.next_run_at)
             adv_missed.append(plan.missed)
@@ -114,6 +121,7 @@ def run_once(
                     "slots": slots,
                     "statuses": statuses,
                     "reasons": reasons,
+                    "start_bys": start_bys,
                     "origin": "schedule",
                     "now": now,
                     "trace_id": trace_ids[0] if trace_ids else None,

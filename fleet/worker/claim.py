@@ -18,6 +18,8 @@ from fleet.worker.attempt import CLAIM_COLUMNS, HOST, Attempt, trusted_for
 
 # Random bytes per claimable run: its attempt's trace id (16) and span id (8).
 ID_BYTES = 24
+# The error recorded on a run skipped by its schedule's overlap policy.
+OVERLAP_SKIPPED = "overlap: an earlier run of this schedule was still in progress"
 
 
 class Skipped(NamedTuple):
@@ -42,6 +44,7 @@ def claim_params(
         "ids": os.urandom(ID_BYTES * limit),
         # the ids are made whether or not a span is exported under them: record which
         "traced": telemetry.enabled(),
+        "overlap_error": OVERLAP_SKIPPED,
     }
 
 

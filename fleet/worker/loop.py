@@ -24,7 +24,7 @@ from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings
 from fleet.worker import spans
 from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, error_text, execute
-from fleet.worker.claim import Skipped, claim_result, send_claim
+from fleet.worker.claim import OVERLAP_SKIPPED, Skipped, claim_result, send_claim
 from fleet.worker.eventloop import EventLoop
 from fleet.worker.finish import DONE, decide, finish_result, handed_back, send_finish
 from fleet.worker.heartbeat import Heartbeat, LeaseWatch
@@ -278,7 +278,7 @@ class Worker:
                 worker_id=self.settings.worker_id,
                 outcome="skipped",
                 duration_ms=None,
-                error="overlap: an earlier run of this schedule was still in progress",
+                error=OVERLAP_SKIPPED,
                 trace_id=None,
             )
         run: list[Attempt] = []

@@ -136,7 +136,9 @@ def test_a_schedule_that_cannot_be_evaluated_is_marked_broken_and_alone(
     # the ticker's sleep is not cut short by the broken schedule's next slot, still in the past
     wait = scalar(conn, "SELECT min(next_run_at) FROM fleet.schedules WHERE broken_at IS NULL")
     assert wait > NOW
-    row = conn.execute(q("schedule_next_wait"), {"now": NOW, "lookahead": timedelta(0)}).fetchone()
+    row = conn.execute(
+        q("schedule_next_wait"), {"now": NOW, "lookahead": timedelta(0), "margin": timedelta(0)}
+    ).fetchone()
     assert row is not None and row["wait_s"] > 0
     # skipped while broken, the others go on
     later = NOW + timedelta(seconds=5)

@@ -15,6 +15,7 @@ from fleet.db import connect
 from fleet.ops.repair import slot_backfill
 from fleet.queries import q
 from fleet.repair import run_trigger, schedule_pause, schedule_resume
+from fleet.ticker import settle
 from fleet.ticker.tick import TickResult, run_once
 from fleet.worker.claim import run_claim
 from tests.support import apply_text, scalar
@@ -39,8 +40,11 @@ def minutely(
 
 
 def tick(conn: psycopg.Connection[Any], now: datetime, lookahead: timedelta = AHEAD, **kw: Any) -> TickResult:
+    """One tick as the ticker's loop runs it: the slots, then the runs created ahead."""
     opts = {"batch_size": 100, "catchup_limit": 1000, **kw}
-    return run_once(conn, lookahead=lookahead, now=now, **opts)
+    result = run_once(conn, lookahead=lookahead, now=now, **opts)
+    settle.run_once(conn, now=now)
+    return result
 
 
 def runs(conn: psycopg.Connection[Any], name: str = "s") -> list[dict[str, Any]]:
@@ -118,9 +122,13 @@ def test_lookahead_zero_creates_slots_only_when_due(conn: psycopg.Connection[Any
     r = tick(conn, T0 + 5 * SEC, lookahead=zero)
     assert r.created == 1 and slots(conn) == [T0] and next_run_at(conn) == T0 + MIN
 
-    wait = conn.execute(q("schedule_next_wait"), {"now": T0 + 5 * SEC, "lookahead": zero}).fetchone()
+    wait = conn.execute(
+        q("schedule_next_wait"), {"now": T0 + 5 * SEC, "lookahead": zero, "margin": zero}
+    ).fetchone()
     assert wait is not None and wait["wait_s"] == 55.0
-    wait = conn.execute(q("schedule_next_wait"), {"now": T0 + 5 * SEC, "lookahead": 30 * SEC}).fetchone()
+    wait = conn.execute(
+        q("schedule_next_wait"), {"now": T0 + 5 * SEC, "lookahead": 30 * SEC, "margin": zero}
+    ).fetchone()
     assert wait is not None and wait["wait_s"] == 25.0  # the ticker wakes when the slot enters the horizon
 
 
@@ -141,26 +149,30 @@ def test_the_catchup_limit_bounds_slots_ahead_too(conn: psycopg.Connection[Any])
 # -- catch-up and missed slots -------------------------------------------------------------------
 
 
-def test_an_outage_shorter_than_the_lookahead_misses_nothing(conn: psycopg.Connection[Any]) -> None:
+def test_a_ticker_outage_shorter_than_the_lookahead_misses_nothing(conn: psycopg.Connection[Any]) -> None:
     minutely(conn, catchup='"skip"')
     tick(conn, T0 - MIN)  # up to T0 + 4m
     assert slots(conn) == minutes(0, 1, 2, 3, 4)
+    # The ticker is away; the workers start each run at its time.
+    for k in range(4):
+        assert claim(conn, T0 + k * MIN + SEC) == minutes(k)
     r = tick(conn, T0 + 4 * MIN)  # back 5 minutes later: nothing came due uncreated
     assert r.missed == 0 and r.created == 5
     assert slots(conn) == minutes(*range(10))
     assert scalar(conn, "SELECT missed_slots FROM fleet.schedules") == 0
-    assert {r["status"] for r in runs(conn)} == {"pending"}
+    assert [r["status"] for r in runs(conn)] == ["running"] * 4 + ["pending"] * 6
 
 
 @pytest.mark.parametrize(
     ("policy", "caught_up", "missed"),
-    [("skip", [], 2), ("latest", [45], 1), ("all", [30, 45], 0)],
+    [("skip", [], 2), ("latest", [45], 1), ("all", [15, 30, 45], 0)],
 )
 def test_an_outage_longer_than_the_lookahead_goes_through_the_catchup_policy(
     conn: psycopg.Connection[Any], policy: str, caught_up: list[int], missed: int
 ) -> None:
-    # A 15-minute job and a 10-minute lookahead; the last ticks before the outage ran at 10:02 and
-    # 10:06 (which created 10:15 ahead), the ticker is back at 10:52: 10:30 and 10:45 were missed.
+    # A 15-minute job and a 10-minute lookahead; the last ticks before the outage (of tickers and
+    # workers alike) ran at 10:02 and 10:06 (which created 10:15 ahead), the ticker is back at
+    # 10:52: 10:15, 10:30 and 10:45 were missed, the one created ahead as much as the others.
     apply_text(
         conn,
         f'[[schedule]]\nname = "s"\nevery = "15m"\njob = "noop"\nstart_at = "2026-11-02T10:15:00Z"\n'
@@ -171,13 +183,19 @@ def test_an_outage_longer_than_the_lookahead_goes_through_the_catchup_policy(
     assert tick(conn, T0 + 2 * MIN, lookahead=ahead).created == 0
     assert tick(conn, T0 + 6 * MIN, lookahead=ahead).created == 1
     r = tick(conn, T0 + 52 * MIN, lookahead=ahead)
-    # The run created ahead is a real run: it stays and runs, late. The missed ones follow the
-    # policy, and 11:00 is created ahead.
-    assert slots(conn) == minutes(15, *caught_up, 60)
+    # The policy settles them all (the run created ahead as a missed slot: recorded skipped, not
+    # run late, unless the policy runs it), and 11:00 is created ahead.
     assert r.missed == missed
     assert scalar(conn, "SELECT missed_slots FROM fleet.schedules") == missed
     assert next_run_at(conn) == T0 + 75 * MIN
-    assert claim(conn, T0 + 52 * MIN) == minutes(15, *caught_up)
+    statuses = {row["scheduled_for"]: row["status"] for row in runs(conn)}
+    assert statuses[T0 + 15 * MIN] == ("pending" if 15 in caught_up else "skipped")
+    assert claim(conn, T0 + 52 * MIN) == minutes(*caught_up)
+    reason = scalar(conn, "SELECT last_error FROM fleet.job_runs WHERE scheduled_for = %s", (T0 + 15 * MIN,))
+    if 15 not in caught_up:
+        assert reason is not None and reason.startswith(
+            f"catchup {policy}: not started within its grace (1m)"
+        )
 
 
 # -- pause and resume ----------------------------------------------------------------------------

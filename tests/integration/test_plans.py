@@ -110,6 +110,7 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
             "slots": [T0],
             "statuses": ["pending"],
             "reasons": [None],
+            "start_bys": [None],
             "origin": "schedule",
             "now": None,
             "trace_id": None,
@@ -120,6 +121,17 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
 
     wait = plan(big, "run_next_wait", {"jobs": ["noop"], "now": None})
     assert "Seq Scan on fleet.job_runs" not in wait, wait
+
+    # The ticker's statements on runs created ahead read only those, through their partial index.
+    margin = timedelta(seconds=2)
+    confirm = plan(big, "run_confirm_ahead", {"now": None, "margin": margin, "limit": 100})
+    assert "Seq Scan on fleet.job_runs" not in confirm and confirm.count("job_runs_start_by") == 2, confirm
+    stale = plan(big, "run_stale", {"names": ["s1"], "now": None})
+    assert "Seq Scan on fleet.job_runs" not in stale and "job_runs_start_by" in stale, stale
+    settle = plan(big, "run_settle", {"names": ["s1"], "slots": [T0], "reasons": [None], "now": None})
+    assert "Seq Scan on fleet.job_runs" not in settle, settle
+    tick_wait = plan(big, "schedule_next_wait", {"now": None, "lookahead": margin, "margin": margin})
+    assert "Seq Scan on fleet.job_runs" not in tick_wait and "job_runs_start_by" in tick_wait, tick_wait
 
 
 def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -> None:

@@ -9,6 +9,7 @@ it for the other's, half a second later; its poll is 30 s.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +60,59 @@ def test_a_slot_created_ahead_starts_at_its_time(
     # Milliseconds as a rule; a second is the margin of a busy machine, still below the 1.5 s a
     # run of b would wait for the ticker's next wake-up (or 30 s for the poll).
     assert max(lags) < 1.0, lags
+
+
+def test_runs_created_ahead_of_a_full_stop_are_settled_by_the_catchup_policy(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """Tickers and workers all stop (SIGKILL) with runs created ahead of their time; restarted,
+    the slots that fell in the stop are missed: `skip` records them skipped, none runs late, none
+    is recorded as an overlap. Runs started before the stop and after it are on time."""
+    apply_text(
+        conn,
+        '[[schedule]]\nname = "s"\nevery = "1s"\njob = "noop"\ncatchup = "skip"\noverlap = "skip"\n',
+    )
+    done = "SELECT count(*) FROM fleet.job_runs WHERE status = 'done' AND scheduled_for > %s"
+    with processes() as procs:
+
+        def start(n: int) -> None:
+            ticker = ticker_cmd("--poll", "0.5", "--lookahead", str(LOOKAHEAD_S), "--id", f"t{n}")
+            procs.append(Proc(ticker, env_for(db_url), tmp_path / f"t{n}.log"))
+            start_worker(procs, db_url, tmp_path, f"w{n}", "--poll", "0.5")
+
+        start(1)
+        wait_for(
+            lambda: scalar(conn, done, ("-infinity",)) >= 2, timeout=30, what="runs done before the stop"
+        )
+        for p in procs:
+            p.signal(signal.SIGKILL)
+            p.wait(10)
+        stopped = scalar(conn, "SELECT now()")
+        ahead = scalar(
+            conn,
+            "SELECT count(*) FROM fleet.job_runs WHERE status = 'pending' AND scheduled_for > %s",
+            (stopped,),
+        )
+        assert ahead >= LOOKAHEAD_S - 1  # the runs created ahead, left by the stop
+        wait_for(
+            lambda: scalar(conn, "SELECT now() > %s + interval '3 s'", (stopped,)),
+            timeout=10,
+            what="a stop of three seconds",
+        )
+        restarted = scalar(conn, "SELECT now()")
+        start(2)
+        wait_for(
+            lambda: scalar(conn, done, (restarted,)) >= 2, timeout=30, what="runs done after the restart"
+        )
+    missed = conn.execute(
+        "SELECT status::text AS status, started_at, last_error FROM fleet.job_runs"
+        " WHERE scheduled_for > %s + interval '0.5 s' AND scheduled_for < %s - interval '0.5 s'",
+        (stopped, restarted),
+    ).fetchall()
+    assert len(missed) >= 2, missed  # created ahead, then the stop
+    assert all(r["status"] == "skipped" and r["started_at"] is None for r in missed), missed
+    assert all(r["last_error"].startswith("catchup skip: not started within its grace") for r in missed), (
+        missed
+    )
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE last_error LIKE 'overlap%'") == 0
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE start_by < now()") == 0

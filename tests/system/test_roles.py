@@ -82,6 +82,13 @@ def test_each_role_does_its_work_and_nothing_more(
             " VALUES ('gated', %s, 1, 'w', %s)",
             (slot, slot),
         )
+    # A run created ahead of its time that nobody started within its grace: the ticker role settles
+    # it by the schedule's catch-up policy (skip).
+    stale = "now() - interval '1 hour'"
+    conn.execute(
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after, start_by)"
+        f" VALUES ('gated', {stale}, 'noop', 'skip', {stale}, {stale} + interval '1 s')"
+    )
     with processes() as procs:
         ticker_flags = ("--poll", "0.5", "--retention-every", "1")
         procs.append(Proc(ticker_cmd(*ticker_flags), env_for(role_urls["ticker"]), tmp_path / "ticker.log"))
@@ -113,6 +120,18 @@ def test_each_role_does_its_work_and_nothing_more(
             timeout=30,
             what="the ticker role's health roll-up",
         )
+        wait_for(
+            lambda: (
+                scalar(
+                    conn,
+                    "SELECT count(*) FROM fleet.job_runs WHERE status = 'skipped' AND start_by IS NULL"
+                    " AND last_error LIKE 'catchup skip: not started within its grace (1s)%'",
+                )
+                == 1
+            ),
+            timeout=30,
+            what="the stale run settled by the ticker role",
+        )
         for p in procs:
             assert p.popen.poll() is None, p.output()
     status = subprocess.run(
@@ -139,11 +158,26 @@ def test_each_role_does_its_work_and_nothing_more(
         worker, f"UPDATE fleet.job_runs SET args = '{{}}' WHERE scheduled_for = {slot}"
     )
     assert "permission denied" in denied(worker, "DELETE FROM fleet.job_runs")
-    # A ticker cannot finish runs, nor create one with a job or args of its choosing.
+    # A ticker cannot finish runs, nor change one it did not create ahead, nor create one with a job
+    # or args of its choosing.
     ticker = role_urls["ticker"]
     assert "permission denied" in denied(
-        ticker, f"UPDATE fleet.job_runs SET status = 'done' WHERE scheduled_for = {slot}"
+        ticker, f"UPDATE fleet.job_runs SET job = 'evil' WHERE scheduled_for = {slot}"
     )
+    with connect(ticker, "fleet-tests ticker") as c:
+        assert c.execute("UPDATE fleet.job_runs SET status = 'skipped' WHERE start_by IS NULL").rowcount == 0
+    conn.execute(
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after, start_by)"
+        " VALUES ('gated', '2999-01-01T00:00Z', 'noop', 'skip', '2999-01-01T00:00Z', '2999-01-01T00:01Z')"
+    )
+    ahead = "scheduled_for = '2999-01-01T00:00Z'"
+    for change in (
+        "status = 'done', start_by = NULL",
+        "status = 'running', start_by = NULL",
+        "start_by = now()",
+    ):
+        assert "row-level security" in denied(ticker, f"UPDATE fleet.job_runs SET {change} WHERE {ahead}")
+    conn.execute(f"DELETE FROM fleet.job_runs WHERE {ahead}")
     assert "row-level security" in denied(
         ticker,
         "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, run_after) "

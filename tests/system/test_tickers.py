@@ -176,3 +176,32 @@ def test_ticker_stops_cleanly_on_sigterm(db_url: str, conn: psycopg.Connection[A
         assert p.wait(timeout=5) == 0
         assert "ticker_stopped" in p.output()
         assert scalar(conn, "SELECT count(*) FROM fleet.processes") == 0
+
+
+def test_a_flood_of_notifications_costs_a_ticker_ten_ticks_a_second(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """Any session may NOTIFY the schedules' channel: thousands of notifications in two seconds
+    wake an idle ticker at most ten times a second, and a real change is still picked up."""
+    hourly = '[[schedule]]\nname = "{}"\nevery = "1h"\njob = "noop"\nstart_at = "2026-01-01T00:00:00Z"\n'
+    apply_text(conn, hourly.format("m"))
+    with processes() as procs:
+        p = Proc(ticker_cmd("--poll", "30", "--lookahead", "0"), env_for(db_url), tmp_path / "t.log")
+        procs.append(p)
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs") == 1, what="the first slot")
+        flood_s, sent = 2.0, 0
+        with psycopg.connect(db_url, autocommit=True) as noisy:
+            end = time.monotonic() + flood_s
+            while time.monotonic() < end and sent < 100_000:
+                noisy.execute("SELECT pg_notify('fleet_schedules', '')")
+                sent += 1
+        assert sent > 500
+        # A real change after the flood: a new schedule's first slot comes within the gap.
+        apply_text(conn, hourly.format("m") + hourly.format("n"))
+        wait_for(
+            lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs") == 2, timeout=5, what="the new slot"
+        )
+        p.signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 0
+        (stopped,) = tick_events(p, "ticker_stopped")
+    assert stopped["ticks"] <= 10 * (flood_s + 2) + 5, (stopped["ticks"], sent)

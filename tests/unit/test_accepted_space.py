@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import HealthCheck, assume, example, given, note, settings
 from hypothesis import strategies as st
 
-from fleet.catchup import Plan, plan_slots
+from fleet.catchup import Plan, StaleRun, plan_slots, settle_stale
 from fleet.cron import parse as parse_cron
 from fleet.schedfile import MAX_EVERY, ScheduleSpec, default_grace, parse_entry
 from fleet.schedule import (
@@ -36,6 +36,7 @@ from fleet.schedule import (
     latest_slot_at_or_before,
     next_slot,
     nominal_interval,
+    saturating_add,
     slots_between,
 )
 from fleet.settings import DEFAULT_CATCHUP_LIMIT, DEFAULT_LOOKAHEAD_S
@@ -409,6 +410,21 @@ def check_plan(s: Stored, next_run_at: datetime, now: datetime, p: Plan) -> list
         assert is_slot(t, slot), f"{slot} is not a slot of the timing"
     if p.next_run_at is not None and slots:
         assert p.next_run_at > slots[-1], "next_run_at not after every planned slot"
+    ahead = [slot for slot in p.run if slot > now]
+    if ahead:
+        # Created ahead with a grace; if nobody starts them, the policy settles them within bounds.
+        assert p.ahead_grace is not None and p.ahead_grace > timedelta(0), (
+            "slots created ahead without a grace"
+        )
+        stale = [StaleRun(slot, saturating_add(slot, p.ahead_grace)) for slot in ahead]
+        later = saturating_add(stale[-1].start_by, timedelta(microseconds=1))
+        why = settle_stale(
+            spec.catchup, stale, 0, later, max_lateness=spec.max_lateness, max_catchup=spec.max_catchup
+        )
+        kept = sum(1 for w in why if w is None)
+        assert kept <= {"skip": 0, "latest": 1, "all": spec.max_catchup}[spec.catchup], (
+            f"{kept} stale runs kept"
+        )
     return slots
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from fleet.catchup import plan_slots
+from fleet.catchup import StaleRun, plan_slots, settle_stale
 from fleet.schedfile import CatchUp
 from fleet.schedule import Timing
 
@@ -201,3 +201,58 @@ def test_a_cron_firing_only_in_daylight_saving_gaps_is_evaluated_at_once() -> No
     with pytest.raises(TimingError, match="^cron: .*daylight-saving gaps of America/New_York$"):
         next_slot(gap, NOW)
     assert time.process_time() - start < 0.3
+
+
+# -- runs created ahead that nobody started in time ----------------------------------------------
+
+
+def stale(*minutes: int, grace: timedelta = timedelta(seconds=30)) -> list[StaleRun]:
+    return [StaleRun(at(m), at(m) + grace) for m in minutes]
+
+
+def test_slots_created_ahead_of_the_outage_example_are_settled_like_slots_created_late() -> None:
+    # The outage example with every missed slot created ahead: settled as plan_slots plans them.
+    runs = stale(15, 30, 45)
+    policies: tuple[CatchUp, ...] = ("skip", "latest", "all")
+    for policy in policies:
+        why = settle_stale(policy, runs, 0, at(52), max_lateness=None, max_catchup=1000)
+        kept = [r.slot for r, w in zip(runs, why, strict=True) if w is None]
+        planned = plan_slots(
+            Q, policy, at(15), at(52), grace=timedelta(seconds=30), max_lateness=None, limit=100
+        )
+        assert kept == planned.run, policy
+
+
+def test_each_skipped_stale_run_says_which_policy_and_grace_dropped_it() -> None:
+    runs = stale(15, 30, 45)
+    assert (
+        settle_stale("skip", runs, 0, at(52), max_lateness=None, max_catchup=1000)
+        == ["catchup skip: not started within its grace (30s)"] * 3
+    )
+    latest = settle_stale("latest", runs, 0, at(52), max_lateness=None, max_catchup=1000)
+    assert latest == ["catchup latest: not started within its grace (30s); a newer slot runs instead"] * 2 + [
+        None
+    ]
+
+
+def test_latest_runs_none_of_them_when_a_newer_slot_of_the_schedule_is_there() -> None:
+    runs = stale(15, 30)
+    assert settle_stale("latest", runs, 1, at(52), max_lateness=None, max_catchup=1000)[-1] is not None
+    assert settle_stale("latest", runs, 0, at(52), max_lateness=None, max_catchup=1000)[-1] is None
+
+
+def test_all_runs_the_newest_max_catchup_less_the_newer_runs() -> None:
+    runs = stale(0, 15, 30, 45)
+    why = settle_stale("all", runs, 0, at(52), max_lateness=None, max_catchup=3)
+    assert why[1:] == [None, None, None]
+    assert (
+        why[0] == "catchup all: not started within its grace (30s); older than the newest 3 slots caught up"
+    )
+    assert settle_stale("all", runs, 2, at(52), max_lateness=None, max_catchup=3) == [why[0]] * 3 + [None]
+    assert all(w is not None for w in settle_stale("all", runs, 5, at(52), max_lateness=None, max_catchup=3))
+
+
+def test_a_stale_run_kept_but_older_than_max_lateness_is_skipped() -> None:
+    runs = stale(15, 45)
+    why = settle_stale("all", runs, 0, at(52), max_lateness=timedelta(minutes=20), max_catchup=1000)
+    assert why == ["max_lateness: 0:37:00 late (limit 0:20:00)", None]
