@@ -13,7 +13,8 @@ from typing import Any
 import psycopg
 
 from fleet.ops.control import ProcInfo
-from fleet.ops.inspect import live_processes, schedule_health, verdict_text
+from fleet import inspect
+from fleet.ops.inspect import fleet_lines, live_processes, verdict_text
 from fleet.ops.printable import printable
 from fleet.queries import q
 from fleet.results import ScheduleHealth
@@ -42,6 +43,7 @@ class Snapshot:
     """What one frame shows; `db_error` or `sv_error` when a source could not be read."""
 
     schedules: list[dict[str, Any]] = field(default_factory=list)
+    fleet: list[str] = field(default_factory=list)  # `fleetctl status`'s `fleet:` lines (no live ticker)
     seen: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind -> counts, from the database
     processes: list[ProcInfo] = field(default_factory=list)  # from supervisord
     runs_here: int | None = None  # runs held by this host's workers, by the database
@@ -52,7 +54,8 @@ class Snapshot:
 def read_database(conn: psycopg.Connection[Any], snap: Snapshot) -> None:
     """Each schedule's `fleetctl status` verdict and open and dead runs, what it did in the last
     hour, the processes seen, and the runs that the workers of `snap.processes` hold."""
-    found = schedule_health(conn)
+    fleet, found = inspect.health_report(conn)
+    snap.fleet = fleet_lines(fleet, found)
     recent = {r["schedule_name"]: r for r in conn.execute(q("run_recent_counts"), {"now": None})}
     now = conn.execute(q("clock_now")).fetchone()
     assert now is not None
@@ -190,7 +193,7 @@ def frame(snap: Snapshot, header: str) -> list[str]:
     elif not snap.schedules:
         out.append("no schedules yet: add some with `fleetctl apply FILE.toml`")
     else:
-        out += _table([COLUMNS, *(schedule_cells(r) for r in snap.schedules)])
+        out += [*snap.fleet, *_table([COLUMNS, *(schedule_cells(r) for r in snap.schedules)])]
     out.append("")
     out += process_summary(snap)
     return [printable(line) for line in out]
@@ -202,7 +205,7 @@ def plain_lines(snap: Snapshot) -> list[str]:
     if snap.db_error:
         lines = [f"{stamp} database: {printable(snap.db_error)}"]
     else:
-        lines = [
+        lines = [f"{stamp} {line}" for line in snap.fleet] + [
             f"{stamp} schedule={c[0]} verdict={c[1]} last={c[2].replace(' ', '_')} "
             f"next={c[3].replace(' ', '_')} "
             f"pending={c[4]} running={c[5]} done_1h={c[6]} retried_1h={c[7]} dead={c[8]} skipped_1h={c[9]}"

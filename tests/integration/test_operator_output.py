@@ -260,6 +260,9 @@ def test_the_live_view_reads_verdicts_paused_schedules_and_the_runs_this_hosts_w
     cells = {c[0]: c for c in (live.schedule_cells(r) for r in snap.schedules)}
     assert cells["b"][1:4] == ["DEAD+PAUSED", cells["b"][2], "paused"] and cells["a"][3] != "paused"
     assert snap.runs_here == 3  # not the other host's worker with the same pid
+    # No ticker was ever seen: the view says so first, as `fleetctl status` does.
+    assert snap.fleet == ["fleet: NO-TICKER: no ticker has registered (start fleet-ticker)"]
+    assert live.frame(snap, "h")[2] == snap.fleet[0]
 
 
 def test_status_json_stops_at_once_when_its_reader_goes_away(

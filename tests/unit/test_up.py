@@ -86,6 +86,15 @@ def test_plain_lines_are_one_per_schedule() -> None:
     assert any("schedule=nightly verdict=DEAD" in line and "dead=2" in line for line in lines)
 
 
+def test_the_fleet_lines_come_before_the_schedules() -> None:
+    snap = snapshot()
+    snap.fleet = ["fleet: NO-TICKER: no ticker seen for 1m15s"]
+    frame = live.frame(snap, "h")
+    assert frame[2] == "fleet: NO-TICKER: no ticker seen for 1m15s" and frame[3].startswith("SCHEDULE")
+    plain = live.plain_lines(snap)
+    assert plain[0].endswith(" fleet: NO-TICKER: no ticker seen for 1m15s") and "schedule=" in plain[1]
+
+
 def test_the_view_survives_a_database_outage() -> None:
     snap = live.Snapshot(db_error="connection refused", processes=snapshot().processes)
     text = "\n".join(live.frame(snap, "h"))
