@@ -1,0 +1,133 @@
+"""What a job leaves behind cannot outlive its attempt or hold its worker: a command that daemonises
+is ended whole."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from fleet.process_tree import start_time
+from tests.support import (
+    FAST,
+    Proc,
+    env_for,
+    log_events,
+    one_run,
+    processes,
+    scalar,
+    wait_for,
+    worker_cmd,
+)
+
+
+@pytest.fixture
+def strays() -> Iterator[list[tuple[int, int]]]:
+    """(pid, start time) of processes a test's jobs started; those still alive at its end are killed."""
+    found: list[tuple[int, int]] = []
+    yield found
+    for pid, st in found:
+        if start_time(pid) == st:
+            os.kill(pid, signal.SIGKILL)
+
+
+def pid_in(f: Path, what: str) -> tuple[int, int]:
+    """The pid a process writes to `f`, with its start time, once it is there."""
+
+    def read() -> tuple[int, int] | None:
+        text = f.read_text().strip() if f.exists() else ""
+        st = start_time(int(text)) if text else None
+        return (int(text), st) if text and st is not None else None
+
+    found = wait_for(read, what=what)
+    assert found is not None
+    return found
+
+
+def reaped(pid: int, st: int) -> bool:
+    """Whether process `pid` started at `st` has ended and been reaped: not even a zombie is left."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True
+    return int(stat[stat.rindex(b")") + 2 :].split()[19]) != st  # a later process given its pid
+
+
+def outcomes(conn: psycopg.Connection[Any]) -> list[tuple[int, str]]:
+    rows = conn.execute("SELECT attempt, outcome FROM fleet.job_attempts ORDER BY attempt").fetchall()
+    return [(r["attempt"], r["outcome"]) for r in rows]
+
+
+@pytest.mark.parametrize("cancelled_by", ["timeout", "lease lost", "worker stopping", "worker killed"])
+def test_a_command_that_daemonises_is_ended_whole_when_its_attempt_is_cancelled(
+    db_url: str,
+    conn: psycopg.Connection[Any],
+    tmp_path: Path,
+    strays: list[tuple[int, int]],
+    cancelled_by: str,
+) -> None:
+    # A double fork: the subshell starts `sleep 1000` in a session of its own and exits at once, so
+    # the sleep is an orphan (and out of the command's process group) before anyone can look.
+    script = f"( setsid sh -c 'echo $$ > {tmp_path}/daemon; exec sleep 1000' & ) ; exec sleep 300"
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(f'[[job]]\nname = "daemon"\nargv = ["sh", "-c", "{script}"]\nkill_after = "0.5s"\n')
+    timeout = '"1s"' if cancelled_by == "timeout" else '"1h"'
+    one_run(conn, "daemon", timeout=timeout, retry="{ max_attempts = 1 }")
+    with processes() as procs:
+        w = Proc(
+            worker_cmd("--jobs", str(jobs), "--id", "c", *FAST, "--grace", "0"),
+            env_for(db_url),
+            tmp_path / "c.log",
+        )
+        procs.append(w)
+        daemon = pid_in(tmp_path / "daemon", "the daemonised sleep")
+        strays.append(daemon)
+        if cancelled_by == "lease lost":
+            # Another worker took the run over: the heartbeat finds the attempt fenced.
+            conn.execute("UPDATE fleet.job_runs SET attempts = attempts + 1, locked_by = 'other'")
+            wait_for(
+                lambda: any(e["event"] == "heartbeat_lost" for e in log_events(w)), what="the lost lease"
+            )
+        elif cancelled_by == "worker stopping":
+            w.signal(signal.SIGTERM)
+            assert w.wait(15) == 0
+        elif cancelled_by == "worker killed":
+            w.signal(signal.SIGKILL)  # the command's keeper gets its parent-death signal
+        wait_for(lambda: reaped(*daemon), timeout=10, what="the daemonised sleep ended and reaped")
+        assert w.popen.poll() is None or cancelled_by.startswith("worker")
+    expected = {
+        "timeout": [(1, "dead")],
+        "lease lost": [],
+        "worker stopping": [(1, "handed_back")],
+        "worker killed": [],
+    }
+    assert outcomes(conn) == expected[cancelled_by]
+
+
+def test_a_command_whose_keeper_is_killed_fails_and_is_ended(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path, strays: list[tuple[int, int]]
+) -> None:
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        f'[[job]]\nname = "cmd"\nargv = ["sh", "-c", "echo $$ > {tmp_path}/cmd; exec sleep 300"]\n'
+        'kill_after = "0.5s"\n'
+    )
+    one_run(conn, "cmd", retry="{ max_attempts = 1 }")
+    with processes() as procs:
+        w = Proc(worker_cmd("--jobs", str(jobs), "--id", "c", *FAST), env_for(db_url), tmp_path / "c.log")
+        procs.append(w)
+        cmd = pid_in(tmp_path / "cmd", "the command")
+        strays.append(cmd)
+        stat = Path(f"/proc/{cmd[0]}/stat").read_text()
+        keeper = int(stat[stat.rindex(")") + 2 :].split()[1])
+        assert keeper != w.pid  # the command's parent is its keeper, a child of the worker
+        os.kill(keeper, signal.SIGKILL)  # as a hostile command of the same user could
+        wait_for(lambda: outcomes(conn) == [(1, "dead")], what="the attempt failed")
+        wait_for(lambda: start_time(cmd[0]) != cmd[1], timeout=5, what="the command ended")
+        error = scalar(conn, "SELECT last_error FROM fleet.job_runs")
+        assert "the command's keeper process ended unexpectedly (code -9)" in error, error
