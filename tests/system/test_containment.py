@@ -1,10 +1,12 @@
 """What a job leaves behind cannot outlive its attempt or hold its worker: a command that daemonises
-is ended whole."""
+is ended whole, and a worker that abandoned a handler exits whatever threads or processes handlers
+left."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,14 +15,17 @@ import psycopg
 import pytest
 
 from fleet.process_tree import start_time
+from fleet.worker.loop import EXIT_ABANDONED
 from tests.support import (
     FAST,
     Proc,
     env_for,
+    job_events,
     log_events,
     one_run,
     processes,
     scalar,
+    start_worker,
     wait_for,
     worker_cmd,
 )
@@ -131,3 +136,27 @@ def test_a_command_whose_keeper_is_killed_fails_and_is_ended(
         wait_for(lambda: start_time(cmd[0]) != cmd[1], timeout=5, what="the command ended")
         error = scalar(conn, "SELECT last_error FROM fleet.job_runs")
         assert "the command's keeper process ended unexpectedly (code -9)" in error, error
+
+
+@pytest.mark.parametrize("job", ["leaves_thread", "leaves_process"])
+def test_an_abandoned_worker_exits_though_a_handler_left_a_thread_or_a_process_running(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path, strays: list[tuple[int, int]], job: str
+) -> None:
+    # The handler starts a non-daemon thread (or multiprocessing child) that never ends, then ignores
+    # its timeout: Python's own exit would wait for that thread or child for ever.
+    child = tmp_path / "child"
+    one_run(conn, job, f'{{ seconds = 60, pid_file = "{child}" }}', timeout='"1s"')
+    with processes() as procs:
+        flags = ("--app", "fleet_leaky_jobs", *FAST, "--abandon-after", "1", "--grace", "1")
+        w = start_worker(procs, db_url, tmp_path, "a", *flags)
+        wait_for(lambda: job_events(tmp_path), what="the handler to start")
+        if job == "leaves_process":
+            strays.append(pid_in(child, "the multiprocessing child"))
+        started = time.monotonic()
+        # Timed out after 1 s, abandoned 1 s later, then a stop with nothing else to wait for.
+        assert w.wait(15) == EXIT_ABANDONED, w.output()[-3000:]
+        took = time.monotonic() - started
+        stopped = [e for e in log_events(w) if e["event"] == "worker_stopped"]
+        assert stopped and stopped[0]["exit_code"] == EXIT_ABANDONED  # written before the exit
+    assert took < 8, took
+    assert outcomes(conn) == [(1, "timeout")]
