@@ -1,5 +1,5 @@
-"""Jobs that leave something behind in the worker: a thread, a process. Each records what it did in
-$FLEET_TEST_DIR/events.log (one line per event)."""
+"""Jobs that leave something behind in the worker: a thread, a process, a forked copy of the worker.
+Each records what it did in $FLEET_TEST_DIR/events.log (one line per event)."""
 
 from __future__ import annotations
 
@@ -36,3 +36,21 @@ def leaves_process(ctx: JobContext) -> None:
     multiprocessing.Process(target=_linger, args=(ctx.args["pid_file"],)).start()
     record("start", ctx)
     time.sleep(float(ctx.args.get("seconds", 60)))
+
+
+@fleet.job("forks")
+def forks(ctx: JobContext) -> None:
+    """Forks; the child records `child` and returns from the handler. The parent waits up to
+    args.wait seconds for the child to end and records `reaped` with its exit code, or `running`."""
+    pid = os.fork()
+    if pid == 0:
+        record("child", ctx)
+        return
+    end = time.monotonic() + float(ctx.args.get("wait", 5))
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            record(f"reaped:{os.waitstatus_to_exitcode(status)}", ctx)
+            return
+        time.sleep(0.01)
+    record("running", ctx)

@@ -1,6 +1,6 @@
 """What a job leaves behind cannot outlive its attempt or hold its worker: a command that daemonises
-is ended whole, and a worker that abandoned a handler exits whatever threads or processes handlers
-left."""
+is ended whole, a worker that abandoned a handler exits whatever threads or processes handlers left,
+and a copy of the worker forked by a handler ends when the handler returns in it."""
 
 from __future__ import annotations
 
@@ -160,3 +160,31 @@ def test_an_abandoned_worker_exits_though_a_handler_left_a_thread_or_a_process_r
         assert stopped and stopped[0]["exit_code"] == EXIT_ABANDONED  # written before the exit
     assert took < 8, took
     assert outcomes(conn) == [(1, "timeout")]
+
+
+def test_a_copy_of_the_worker_forked_by_a_handler_ends_when_the_handler_returns_in_it(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path, strays: list[tuple[int, int]]
+) -> None:
+    one_run(conn, "forks", "{ wait = 5 }")
+    with processes() as procs:
+        w = start_worker(procs, db_url, tmp_path, "f", "--app", "fleet_leaky_jobs", *FAST)
+        wait_for(
+            lambda: scalar(conn, "SELECT status::text FROM fleet.job_runs") == "done", what="the run done"
+        )
+        events = {e[0]: int(e[4]) for e in job_events(tmp_path)}  # event -> pid that recorded it
+        child = events["child"]
+        st = start_time(child)
+        if st is not None:
+            strays.append((child, st))
+        # The copy ended at once, with the code of a script that returned, and its parent reaped it.
+        assert "reaped:0" in events, events
+        assert events["reaped:0"] == w.pid and child != w.pid
+        assert st is None
+        # Only the worker holds its database sessions: once it is killed they all end (a copy would
+        # hold its connections, LISTEN included, open for as long as it lived).
+        sessions = "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'fleet-worker f%%'"
+        assert scalar(conn, sessions) >= 2
+        w.signal(signal.SIGKILL)
+        w.wait(10)
+        wait_for(lambda: scalar(conn, sessions) == 0, timeout=10, what="the worker's sessions to end")
+        assert "a process forked by the handler came back from it; it exits with code 0" in w.output()
