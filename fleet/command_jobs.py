@@ -10,9 +10,10 @@ cwd = "/srv/backup"          # optional
 kill_after = "10s"           # optional: SIGTERM, then SIGKILL after this long (default 10 s)
 ```
 
-On cancellation (timeout, lease lost, worker stopping) the whole process tree is signalled: the
-command's process group and every descendant seen while it ran, including those that left the
-group with setsid.
+The command runs under a keeper (fleet.process_tree), a child subreaper below which every process it
+starts stays, daemonising double forks included. On cancellation (timeout, lease lost, worker
+stopping) the keeper ends that whole tree: SIGTERM, then SIGKILL after kill_after. A worker that
+dies ends it too (the keeper's parent-death signal).
 
 The process gets FLEET_SCHEDULE, FLEET_SLOT, FLEET_ATTEMPT, FLEET_IDEMPOTENCY_KEY, FLEET_ARGS (JSON),
 FLEET_WORKER_ID and, when tracing, TRACEPARENT.
@@ -21,22 +22,27 @@ FLEET_WORKER_ID and, when tracing, TRACEPARENT.
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import threading
+import time
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
 from fleet.errors import Cancelled, ConfigError, Permanent
 from fleet.jobs import JobContext, register, slot_iso
-from fleet.process_tree import ProcessTree
+from fleet.process_tree import END, END_NOW, ProcessTree, keeper_argv
 from fleet.schedule import TimingError, parse_duration
 
 _POLL_S = 0.05
+# How long past its own deadline a keeper is waited for before the worker kills the tree itself (a
+# keeper that was killed or stopped): after kill_after when ending a command, at once at exit.
+_KEEPER_SLACK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -63,38 +69,86 @@ class CommandJob:
         traceparent = telemetry.current_traceparent()
         if traceparent:
             env["TRACEPARENT"] = traceparent
-        # Own process group and session; the tree is followed too, so that cancellation reaches the
-        # descendants that left them (setsid).
-        proc = subprocess.Popen(self.argv, env=env, cwd=self.cwd, start_new_session=True)
+        # The keeper runs in a session of its own (a terminal's or the worker's group signals do not
+        # reach it); the tree is followed from here too, in case the keeper is killed.
+        status_r, status_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                keeper_argv(status_w, self.kill_after_s, self.argv),
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,
+                pass_fds=(status_w,),
+            )
+        except BaseException:
+            os.close(status_r)
+            raise
+        finally:
+            os.close(status_w)
         tree = ProcessTree(proc.pid)
         with _LIVE_LOCK:
-            _LIVE.add(tree)
+            _LIVE[tree] = proc
         try:
-            while True:
-                try:
-                    code = proc.wait(timeout=_POLL_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    tree.track()
-                    if ctx.cancelled:
-                        tree.terminate(self.kill_after_s, proc.poll)
-                        proc.wait()
-                        raise Cancelled("command terminated: the attempt was cancelled") from None
+            with open(status_r, "rb", buffering=0) as pipe:
+                status = self._wait(ctx, proc, tree, pipe)
         finally:
             if proc.poll() is None:
-                tree.terminate(self.kill_after_s, proc.poll)
-                proc.wait()
+                _end(proc, tree, self.kill_after_s)
             with _LIVE_LOCK:
-                _LIVE.discard(tree)
+                _LIVE.pop(tree, None)
+        word, _, value = status.decode().partition(" ")
+        if word == "error":
+            errno = int(value)
+            raise OSError(errno, os.strerror(errno), self.argv[0])
+        if word != "exit":
+            # The keeper was killed: end what is known of the tree as the keeper would have.
+            tree.terminate(self.kill_after_s, proc.poll)
+            raise RuntimeError(f"the command's keeper process ended unexpectedly (code {proc.returncode})")
+        code = int(value)
         if code == 0:
             return
         if code in self.permanent_exit_codes:
             raise Permanent(f"command exited with permanent code {code}")
         raise RuntimeError(f"command exited with code {code}")
 
+    def _wait(
+        self, ctx: JobContext, proc: subprocess.Popen[bytes], tree: ProcessTree, pipe: BinaryIO
+    ) -> bytes:
+        """The keeper's line about the command (empty if the keeper was killed), once it has exited;
+        raises Cancelled once the attempt is cancelled and the tree ended."""
+        status = b""
+        while not status.endswith(b"\n"):
+            if select.select([pipe], [], [], _POLL_S)[0]:
+                chunk = pipe.read(64)
+                if not chunk:
+                    break  # the keeper ended without a word
+                status += chunk
+                continue
+            tree.track()
+            if ctx.cancelled:
+                _end(proc, tree, self.kill_after_s)
+                raise Cancelled("command terminated: the attempt was cancelled")
+        try:
+            proc.wait(_KEEPER_SLACK_S)  # it exits as soon as it has said how the command ended
+        except subprocess.TimeoutExpired:
+            tree.kill()
+            proc.wait()
+        return status
 
-# The trees of the commands running now: a worker exiting kills what its stopping did not.
-_LIVE: set[ProcessTree] = set()
+
+def _end(proc: subprocess.Popen[bytes], tree: ProcessTree, kill_after_s: float) -> None:
+    """Have the keeper end the command's whole tree (SIGTERM, SIGKILL after `kill_after_s`); kill
+    the tree from here if the keeper does not finish in time."""
+    proc.send_signal(END)
+    try:
+        proc.wait(kill_after_s + _KEEPER_SLACK_S)
+    except subprocess.TimeoutExpired:
+        tree.kill()
+        proc.wait()
+
+
+# The commands running now, by tree: a worker exiting kills what its stopping did not.
+_LIVE: dict[ProcessTree, subprocess.Popen[bytes]] = {}
 _LIVE_LOCK = threading.Lock()
 
 
@@ -102,10 +156,16 @@ def kill_running() -> int:
     """SIGKILL every process of the command jobs still running (a worker exiting before their
     terminations finished); returns how many commands there were."""
     with _LIVE_LOCK:
-        trees = list(_LIVE)
-    for tree in trees:
-        tree.kill()
-    return len(trees)
+        live = list(_LIVE.items())
+    for _, proc in live:
+        proc.send_signal(END_NOW)
+    end = time.monotonic() + _KEEPER_SLACK_S
+    for tree, _ in live:
+        while tree.root_alive() and time.monotonic() < end:
+            time.sleep(0.01)
+        if tree.root_alive():
+            tree.kill()
+    return len(live)
 
 
 def load_command_jobs(path: str) -> list[CommandJob]:

@@ -12,8 +12,8 @@ from typing import Any
 
 import psycopg
 
-from fleet.ops.control import ProcInfo
 from fleet import inspect
+from fleet.ops.control import ProcInfo
 from fleet.ops.inspect import fleet_lines, live_processes, verdict_text
 from fleet.ops.printable import printable
 from fleet.queries import q

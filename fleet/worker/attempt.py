@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import inspect
 import math
+import os
 import socket
 import time
 import traceback
@@ -166,16 +167,10 @@ def execute(handler: Handler, ctx: JobContext) -> tuple[str, str | None]:
     and an exception that cannot even be printed."""
     try:
         result = handler(ctx)
-    except Permanent as e:
-        _record_exception(e)
-        return "permanent", error_text(e)
-    except Cancelled as e:
-        return "cancelled", error_text(e)
     except BaseException as e:  # noqa: BLE001 - any way a handler ends is the attempt's outcome
-        _record_exception(e)
-        if ctx.cancelled:
-            return "cancelled", error_text(e)
-        return "failed", error_text(e)
+        _leave_if_forked(ctx, e)
+        return _outcome_of(e, ctx, (Cancelled,))
+    _leave_if_forked(ctx, None)
     if result is not None and inspect.isawaitable(result):
         return "failed", _not_run(result)
     return "done", None
@@ -188,17 +183,58 @@ async def execute_async(handler: Handler, ctx: JobContext) -> tuple[str, str | N
         result = handler(ctx)
         if inspect.isawaitable(result):
             await result
-    except Permanent as e:
+    except BaseException as e:  # noqa: BLE001 - any way a handler ends is the attempt's outcome
+        _leave_if_forked(ctx, e)
+        return _outcome_of(e, ctx, (Cancelled, asyncio.CancelledError))
+    _leave_if_forked(ctx, None)
+    return "done", None
+
+
+def _outcome_of(
+    e: BaseException, ctx: JobContext, cancelled: tuple[type[BaseException], ...]
+) -> tuple[str, str | None]:
+    if isinstance(e, Permanent):
         _record_exception(e)
         return "permanent", error_text(e)
-    except (Cancelled, asyncio.CancelledError) as e:
+    if isinstance(e, cancelled):
         return "cancelled", error_text(e)
-    except BaseException as e:  # noqa: BLE001 - any way a handler ends is the attempt's outcome
-        _record_exception(e)
-        if ctx.cancelled:
-            return "cancelled", error_text(e)
-        return "failed", error_text(e)
-    return "done", None
+    _record_exception(e)
+    if ctx.cancelled:
+        return "cancelled", error_text(e)
+    return "failed", error_text(e)
+
+
+# The worker's process, once it serves (`serve_here`). A handler that forks returns twice: once in a
+# copy of the worker that shares its database sessions, has none of its other threads, and may find
+# their locks held for ever.
+_worker_pid: int | None = None
+
+
+def serve_here() -> None:
+    """Make the calling process the worker: a copy of it forked by a handler ends as soon as the
+    handler returns (or raises) in it."""
+    global _worker_pid
+    _worker_pid = os.getpid()
+
+
+def _leave_if_forked(ctx: JobContext, e: BaseException | None) -> None:
+    """In a copy of the worker forked by a handler, end the process at once with os._exit: none of
+    the worker's code, finalizers or connections may run there. Its exit code is a script's: 0 when
+    the handler returned, SystemExit's code, 1 for any other exception."""
+    if _worker_pid is None or os.getpid() == _worker_pid:
+        return
+    code = 1
+    if e is None:
+        code = 0
+    elif isinstance(e, SystemExit):
+        code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+    with contextlib.suppress(Exception):
+        os.write(
+            2,
+            f"fleet-worker: job {ctx.job!r}: a process forked by the handler came back from it;"
+            f" it exits with code {code}\n".encode(errors="replace"),
+        )
+    os._exit(code)
 
 
 def _not_run(result: object) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -18,7 +19,7 @@ from fleet.errors import ConfigError
 from fleet.jobs import registered
 from fleet.settings import worker_settings
 from fleet.signals import on_stop_signal
-from fleet.worker.loop import Worker
+from fleet.worker.loop import EXIT_ABANDONED, Worker
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,7 +60,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             worker.wake.set()
 
     on_stop_signal(on_signal)
-    return worker.run()
+    code = worker.run()
+    if code == EXIT_ABANDONED:
+        # The abandoned handler's thread runs on, and what earlier handlers started may too: Python's
+        # own exit would wait for ever for a non-daemon thread or a multiprocessing child. The worker
+        # has stopped (its runs recorded or handed back): the process ends here, its output flushed.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

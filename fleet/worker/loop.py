@@ -23,7 +23,7 @@ from fleet.queries import q
 from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings
 from fleet.worker import spans
-from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, error_text, execute
+from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, error_text, execute, serve_here
 from fleet.worker.claim import OVERLAP_SKIPPED, Skipped, claim_result, send_claim
 from fleet.worker.eventloop import EventLoop
 from fleet.worker.finish import DONE, decide, finish_result, handed_back, send_finish
@@ -546,6 +546,7 @@ class Worker:
 
     def run(self) -> int:
         s = self.settings
+        serve_here()
         logs.event(
             "worker_started",
             worker_id=s.worker_id,
