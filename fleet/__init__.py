@@ -1,24 +1,29 @@
 """fleet: a distributed job scheduler on PostgreSQL that runs each scheduled slot once."""
 
+from __future__ import annotations
+
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
 
-from fleet.errors import (
-    Cancelled,
-    DatabaseError,
-    DatabaseUnavailable,
-    FleetError,
-    Permanent,
-    RequestError,
-    RunStateError,
-    SchemaMissing,
-    UnknownRun,
-    UnknownSchedule,
-)
-
+# Nothing is imported here but on first use (the typing module too: type checkers read the constant
+# by its name): an executable of fleet installs its Ctrl-C handling once this package is loaded.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from fleet.client import Client
     from fleet.declare import Cron, Every, Retry, Schedule
+    from fleet.errors import (
+        Cancelled,
+        DatabaseError,
+        DatabaseUnavailable,
+        FleetError,
+        Permanent,
+        RequestError,
+        RunStateError,
+        SchemaMissing,
+        UnknownRun,
+        UnknownSchedule,
+    )
     from fleet.jobs import JobContext, job
     from fleet.results import Attempt, Run, RunHistory, RunStatus, ScheduleHealth, Triggered
 
@@ -27,6 +32,21 @@ if TYPE_CHECKING:
 # does not use.
 _LAZY = {
     "Client": "fleet.client",
+    **dict.fromkeys(
+        (
+            "Cancelled",
+            "DatabaseError",
+            "DatabaseUnavailable",
+            "FleetError",
+            "Permanent",
+            "RequestError",
+            "RunStateError",
+            "SchemaMissing",
+            "UnknownRun",
+            "UnknownSchedule",
+        ),
+        "fleet.errors",
+    ),
     **dict.fromkeys(("Cron", "Every", "Retry", "Schedule"), "fleet.declare"),
     **dict.fromkeys(("JobContext", "job"), "fleet.jobs"),
     **dict.fromkeys(

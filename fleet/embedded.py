@@ -14,10 +14,16 @@ import fcntl
 import json
 import logging
 import os
+import signal
 import subprocess
+import sys
+import threading
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+
+from fleet.errors import DatabaseUnavailable
 
 FLEET_DIR = Path(".fleet")
 EMBEDDED_DIR = FLEET_DIR / "pgdata"
@@ -31,8 +37,75 @@ def embedded_url(base_dir: Path | None = None) -> str:
     For `fleetctl up` and the test suite only: the server outlives this process, until
     `stop_embedded` (called by `up` on exit, by `fleetctl down`, and by the tests) stops it.
     """
-    pgdata = ((base_dir or Path.cwd()) / EMBEDDED_DIR).resolve()
+    url = start_embedded(base_dir, None)
+    assert url is not None  # nothing can stop it
+    return url
+
+
+def start_embedded(base_dir: Path | None, stop: threading.Event | None) -> str | None:
+    """`embedded_url`, given up when `stop` is set before the server is ready: then None, and nothing
+    this start began is left running."""
+    base = (base_dir or Path.cwd()).resolve()
+    pgdata = base / EMBEDDED_DIR
     pgdata.parent.mkdir(parents=True, exist_ok=True)
+    was_running = embedded_pid(base) is not None
+    log = pgdata.parent / "pgserver.log"
+    # Started in a session of its own, so that a Ctrl-C in this terminal reaches only this process,
+    # which decides: initdb, interrupted by the terminal's signal, printed its output and a traceback.
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fleet.embedded", str(pgdata)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            start_new_session=True,
+        )
+    try:
+        while True:
+            try:
+                out, _ = proc.communicate(timeout=0.05)
+                break
+            except subprocess.TimeoutExpired:
+                if stop is not None and stop.is_set():
+                    raise _GivenUp from None
+    except BaseException as e:  # given up, or interrupted (KeyboardInterrupt): nothing is left running
+        _abandon_start(proc)
+        if not was_running and embedded_pid(base) is not None:
+            stop_embedded(base)
+        if isinstance(e, _GivenUp):
+            return None
+        raise
+    url = out.decode().strip()
+    if proc.returncode != 0 or not url:
+        raise DatabaseUnavailable(f"the embedded PostgreSQL did not start; see {log} and {pgdata / 'log'}")
+    return url
+
+
+class _GivenUp(Exception):
+    """A start of the embedded server given up (its `stop` was set)."""
+
+
+def _abandon_start(proc: subprocess.Popen[bytes]) -> None:
+    """End the process group of a start of the embedded server (initdb, on SIGTERM, removes what it
+    wrote; a server already started has a session of its own)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait()
+    end = time.monotonic() + 10
+    while time.monotonic() < end:  # its children (initdb) outlive it for a moment
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.02)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _serve(pgdata: Path) -> str:
+    """Start (or join) the server of `pgdata` with pgserver; its URI. Runs in the process that
+    `embedded_url` starts."""
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -154,3 +227,7 @@ def running_up(base_dir: Path | None = None) -> UpState | None:
     if not up_running(base_dir):
         return None
     return read_up_state(base_dir) or UpState(read_pid((base_dir or Path.cwd()) / UP_LOCK) or 0, None, False)
+
+
+if __name__ == "__main__":
+    print(_serve(Path(sys.argv[1])), flush=True)

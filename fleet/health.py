@@ -15,16 +15,20 @@ pending run. From them, from the schedule's state and from the fleet's tickers c
     NO-WORKER        open runs whose job no live worker has registered
     BACKLOG          the oldest due pending run has waited longer than one interval
     LATE             no success for more than two intervals
+    RETRYING         a run waits out a retry back-off after a failed attempt; under overlap
+                     `skip` (the default) the schedule's later slots are skipped meanwhile, under
+                     `queue` they wait for it
     PAUSED           paused by an operator (`fleetctl pause`): expected to be quiet, so not LATE
     DISABLED         no longer in the schedules file (`fleetctl apply --prune`): likewise
     OK               none of the above
 
 When several hold, the verdict is the first in that order (the most actionable: BROKEN needs its
 definition fixed, DEAD an operator, NO-TICKER a ticker started, NO-WORKER names the cause of a
-backlog, a backlog the cause of lateness); `problems` lists them all. PAUSED and DISABLED are an
-operator's decision and count as healthy. The fleet-wide verdicts concern only schedules that
-expect slots: a paused or disabled schedule does not get them, and a fleet without such schedules
-has no ticker to miss.
+backlog, a backlog the cause of lateness); `problems` lists them all. RETRYING is the retry policy
+at work and counts as healthy; when the retries keep a schedule quiet for long, it is LATE, with
+RETRYING among its problems to say why. PAUSED and DISABLED are an operator's decision and count as
+healthy. The fleet-wide verdicts concern only schedules that expect slots: a paused or disabled
+schedule does not get them, and a fleet without such schedules has no ticker to miss.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ Verdict = Literal[
     "BROKEN",
     "NO-TICKER",
     "TICKER-CRASHING",
+    "RETRYING",
 ]
 
 SEVERITY: Final[tuple[Verdict, ...]] = (
@@ -54,6 +59,7 @@ SEVERITY: Final[tuple[Verdict, ...]] = (
     "NO-WORKER",
     "BACKLOG",
     "LATE",
+    "RETRYING",
     "PAUSED",
     "DISABLED",
     "OK",
@@ -97,6 +103,8 @@ class Health:
     # The fleet's own verdicts (`FleetHealth.problems`), which hold for the schedule unless it is
     # paused or disabled.
     fleet: tuple[Verdict, ...] = ()
+    # Runs waiting out a retry back-off after a failed attempt.
+    retrying_runs: int = 0
 
 
 @dataclass(frozen=True)
@@ -160,6 +168,7 @@ def problems(h: Health) -> list[Verdict]:
             h.enabled,
             h.broken,
             h.fleet,
+            h.retrying_runs,
         )
     )
 
@@ -174,6 +183,7 @@ def problems_of(
     enabled: bool,
     broken: bool = False,
     fleet: tuple[Verdict, ...] = (),
+    retrying_runs: int = 0,
 ) -> tuple[Verdict, ...]:
     """`problems` of the numbers given one by one, as a tuple (for reads of many schedules)."""
     if (
@@ -181,6 +191,7 @@ def problems_of(
         and not broken
         and not fleet
         and not unserved_runs
+        and not retrying_runs
         and not paused
         and enabled
         and (interval_s is None or quiet_s <= LATE_AFTER_INTERVALS * interval_s)
@@ -209,6 +220,8 @@ def problems_of(
     quiet_expected = paused or not enabled
     if not quiet_expected and interval_s is not None and quiet_s > LATE_AFTER_INTERVALS * interval_s:
         found.append("LATE")
+    if retrying_runs > 0:
+        found.append("RETRYING")
     if paused:
         found.append("PAUSED")
     if not enabled:
@@ -226,6 +239,18 @@ def verdict_text(v: Verdict, job: str, job_served: bool) -> str:
     """The verdict as `fleetctl status` prints it: NO-WORKER names the job no live worker serves
     (`NO-WORKER (job reports.nightly)`), when that is the schedule's own job."""
     return f"{v} (job {job})" if v == "NO-WORKER" and not job_served else v
+
+
+def retrying_text(slot: str, retry_at: str | None, overlap: str) -> str:
+    """Why a RETRYING schedule is quiet, given the slot waiting to retry and its next try (ISO-8601):
+    ``2026-11-02T10:00:00Z waits to retry at 2026-11-02T10:00:41Z; later slots are skipped until it
+    ends (overlap skip)``."""
+    text = f"{slot} waits to retry" + (f" at {retry_at}" if retry_at else "")
+    if overlap == "skip":
+        return f"{text}; later slots are skipped until it ends (overlap skip)"
+    if overlap == "queue":
+        return f"{text}; later slots wait for it (overlap queue)"
+    return text
 
 
 def is_healthy(v: Verdict) -> bool:

@@ -90,8 +90,9 @@ def _iso_or_none(t: datetime | None) -> str:
 
 Cadences = dict[tuple[Any, ...], float | None]
 
-# The open runs' part of a schedule without open runs: running, due, waiting, oldest due, ahead, unserved.
-_NO_OPEN_RUNS: Final = (0, 0, 0, None, None, 0)
+# The open runs' part of a schedule without open runs: running, due, waiting, oldest due, ahead,
+# unserved, retrying, the earliest slot retrying and its next try.
+_NO_OPEN_RUNS: Final = (0, 0, 0, None, None, 0, 0, None, None)
 # Schedules per chunk of a read: the database sends the next ones while the last are turned into health.
 HEALTH_CHUNK: Final = 2000
 # The fields of a schedule's health, in the order of fleet.results.ScheduleHealth's (a test checks
@@ -123,6 +124,10 @@ HEALTH_FIELDS: Final = (
     "enabled",
     "broken_at",
     "broken_error",
+    "overlap",
+    "retrying_runs",
+    "retry_slot",
+    "retry_at",
 )
 
 
@@ -255,8 +260,11 @@ def _health_read(
                 dead_runs,
                 broken_at,
                 broken_error,
+                overlap,
             ) in cur.stream(q("schedule_health"), params, size=size):
-                running, due, waiting, oldest_due_s, ahead, unserved = open_runs.get(name, no_open)
+                (running, due, waiting, oldest_due_s, ahead, unserved, retrying, retry_slot, retry_at) = (
+                    open_runs.get(name, no_open)
+                )
                 if interval_s is None and cron is not None:
                     interval_s = _cadence((cron, timezone, start_at, dst_repeated, dst_missing), at, known)
                 paused = paused_at is not None
@@ -270,6 +278,7 @@ def _health_read(
                     enabled,
                     broken_at is not None,
                     fleet_found,
+                    retrying,
                 )
                 verdict = found[0] if found else "OK"
                 healthy = verdict not in unhealthy
@@ -309,6 +318,10 @@ def _health_read(
                             "enabled": enabled,
                             "broken_at": broken_at,
                             "broken_error": broken_error,
+                            "overlap": overlap,
+                            "retrying_runs": retrying,
+                            "retry_slot": retry_slot,
+                            "retry_at": retry_at,
                         }
                     )
                 else:
@@ -340,6 +353,10 @@ def _health_read(
                             enabled,
                             broken_at,
                             broken_error,
+                            overlap,
+                            retrying,
+                            retry_slot,
+                            retry_at,
                         )
                     )
                 if len(out) == size:

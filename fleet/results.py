@@ -45,7 +45,7 @@ class ScheduleHealth:
     #: The schedule's name.
     name: str
     #: The most severe condition that holds (BROKEN, DEAD, NO-TICKER, TICKER-CRASHING, NO-WORKER,
-    #: BACKLOG, LATE, PAUSED, DISABLED), else OK.
+    #: BACKLOG, LATE, RETRYING, PAUSED, DISABLED), else OK.
     verdict: Verdict
     #: False for BROKEN, DEAD, NO-TICKER, TICKER-CRASHING, NO-WORKER, BACKLOG and LATE: something
     #: for an operator to do.
@@ -97,6 +97,15 @@ class ScheduleHealth:
     broken_at: datetime | None = None
     #: Why, in one line starting with the field (``cron: no slot after ...``).
     broken_error: str | None = None
+    #: The overlap policy (allow, skip, queue): what a run in progress, or waiting to retry, does to
+    #: the schedule's later slots.
+    overlap: str = "skip"
+    #: Runs waiting out a retry back-off after a failed attempt (RETRYING).
+    retrying_runs: int = 0
+    #: The slot of the earliest run waiting to retry.
+    retry_slot: datetime | None = None
+    #: When that run is tried again.
+    retry_at: datetime | None = None
 
     @property
     def numbers(self) -> Health:
@@ -111,6 +120,7 @@ class ScheduleHealth:
             self.enabled,
             self.broken_at is not None,
             tuple(v for v in self.problems if v in FLEET_VERDICTS),
+            self.retrying_runs,
         )
 
     def to_json(self) -> dict[str, Any]:

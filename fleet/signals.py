@@ -11,16 +11,22 @@ thread.
 A stop signal that comes while the process exits is ignored: Python puts the default action back
 late in its exit, and a second SIGTERM then (supervisord's, after systemd's) would end a process that
 had already stopped cleanly by the signal instead of with its exit code.
+
+Each executable starts through `interruptible`, which installs Ctrl-C's handling itself before its
+modules load: Python only installs its own when SIGINT is not ignored at start, and a shell's `cmd &`
+or some CI runners start a process with it ignored.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import os
 import signal
+import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -59,3 +65,43 @@ def on_stop_signal(
         os.close(w)
 
     return restore
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Within the block, a Ctrl-C is noted, then raised as KeyboardInterrupt when the block ends.
+    For loading modules: raised inside an import, KeyboardInterrupt can be swallowed (by a callback of
+    the import machinery, printed as "Exception ignored") or, inside an extension module's
+    initialisation (orjson's), crash the process. Outside the main thread, or where Ctrl-C is not
+    Python's default KeyboardInterrupt, the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda signum, _frame: noted.append(signum))
+    if old is not signal.default_int_handler:
+        signal.signal(signal.SIGINT, old)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if noted:
+        raise KeyboardInterrupt
+
+
+def interruptible(prog: str, module: str) -> int:
+    """Run `module`'s `main()` as the executable `prog`, with Ctrl-C raising KeyboardInterrupt
+    whether SIGINT was inherited handled or ignored. A Ctrl-C while the modules load, or one the
+    command does not handle itself, is one line on stderr and exit code 130."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with interrupts_deferred():
+            main: Callable[[], int] = importlib.import_module(module).main
+        return main()
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the process is ending: one line, whatever comes
+        with contextlib.suppress(OSError):
+            print(f"{prog}: interrupted", file=sys.stderr)
+        return 130

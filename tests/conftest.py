@@ -1,7 +1,9 @@
 """Test databases: a migrated template built once per session, a fresh copy for each test.
 
 The server is FLEET_DATABASE_URL's, or else the embedded PostgreSQL (started for the session in
-`.fleet/pgdata` of the repository and stopped at the end if the session started it).
+`.fleet/pgdata` of the repository and stopped at the end if the session started it). The suite
+creates and drops databases there: a server it cannot reach, or a role without CREATEDB, stops the
+run at the first test that needs the database, with one line saying so.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from fleet.db import connect
+from fleet.errors import DatabaseUnavailable
 from fleet.migrate import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,6 +30,7 @@ _counter = itertools.count()
 def server_url() -> Iterator[str]:
     url = os.environ.get("FLEET_DATABASE_URL")
     if url:
+        check_server(url)
         yield url
         return
     from fleet.embedded import EMBEDDED_DIR, embedded_url, stop_embedded
@@ -36,6 +40,26 @@ def server_url() -> Iterator[str]:
     yield url
     if not was_running:
         stop_embedded(ROOT)
+
+
+def check_server(url: str) -> None:
+    """Stop the run with one line when the suite cannot use FLEET_DATABASE_URL's server."""
+    try:
+        with connect(url, "fleet-tests admin") as admin:
+            row = admin.execute(
+                "SELECT current_user AS name, rolcreatedb OR rolsuper AS createdb FROM pg_roles "
+                "WHERE rolname = current_user"
+            ).fetchone()
+    except DatabaseUnavailable as e:
+        pytest.exit(f"FLEET_DATABASE_URL: {e}", returncode=pytest.ExitCode.USAGE_ERROR)
+    if row is None or not row["createdb"]:
+        role = row["name"] if row else "this role"
+        pytest.exit(
+            f"FLEET_DATABASE_URL: role {role!r} cannot create databases, and the test suite creates and "
+            f"drops one per test: grant it (ALTER ROLE {role} CREATEDB), or unset FLEET_DATABASE_URL "
+            "to run the suite on the embedded PostgreSQL",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
 
 
 def _admin(server_url: str) -> psycopg.Connection[Any]:

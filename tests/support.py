@@ -74,16 +74,36 @@ def env_for(db_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
+def with_sigint(disposition: str, argv: list[str]) -> list[str]:
+    """`argv` started with SIGINT at `disposition` ("default" or "ignored"), whatever this test run
+    inherited: an ignored signal stays ignored across exec (as a shell's `cmd &` starts a program),
+    a handled one is reset to the default. The program keeps the wrapper's pid."""
+    action = {"default": "SIG_DFL", "ignored": "SIG_IGN"}[disposition]
+    code = f"import os, signal, sys; signal.signal(signal.SIGINT, signal.{action}); os.execvp(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-S", "-c", code, *argv]
+
+
 class Proc:
-    """A fleet process started by a test; its output goes to a file the test can read."""
+    """A fleet process started by a test; its output goes to a file the test can read. `sigint`
+    starts it with SIGINT at that disposition (see `with_sigint`) rather than the test run's."""
 
     def __init__(
-        self, argv: list[str], env: dict[str, str], log: Path, prefix: list[str] | None = None
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        log: Path,
+        prefix: list[str] | None = None,
+        sigint: str | None = None,
     ) -> None:
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        argv = [*(prefix or []), *argv]
         self.popen = subprocess.Popen(
-            [*(prefix or []), *argv], env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT
+            with_sigint(sigint, argv) if sigint else argv,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
         )
 
     @property
@@ -107,6 +127,14 @@ class Proc:
     def output(self) -> str:
         self._log.flush()
         return self.log_path.read_text(errors="replace")
+
+
+def loading(p: Proc, library: str) -> bool:
+    """Whether process `p` has begun to load the extension module `library` (it is mapped)."""
+    try:
+        return library in Path(f"/proc/{p.pid}/maps").read_text()
+    except OSError:
+        return False
 
 
 @contextmanager

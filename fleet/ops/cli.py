@@ -27,6 +27,7 @@ from fleet.errors import (
 )
 from fleet.ops.connection import db, require_schema
 from fleet.ops.printable import printable
+from fleet.signals import interrupts_deferred
 from fleet.usage import Parser
 
 Command = Callable[[argparse.Namespace], int]
@@ -247,7 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if _QUIET not in logging.getLogger("psycopg").handlers:
         logging.getLogger("psycopg").addHandler(_QUIET)
     try:
-        p, commands = parser(command_named(sys.argv[1:] if argv is None else argv))
+        with interrupts_deferred():  # the command's modules load
+            p, commands = parser(command_named(sys.argv[1:] if argv is None else argv))
         args = p.parse_args(argv)
         command = f"fleetctl {args.command}"
         return run(commands[args.command], args)

@@ -15,7 +15,7 @@ import psycopg
 
 from fleet import inspect
 from fleet.errors import UsageError
-from fleet.health import FLEET_VERDICTS
+from fleet.health import FLEET_VERDICTS, retrying_text
 from fleet.ops.connection import db
 from fleet.ops.jaeger import DEFAULT_JAEGER_URL, jaeger_search_url
 from fleet.ops.printable import printable, printable_lines
@@ -151,13 +151,24 @@ def fleet_lines(fleet: FleetHealth, shown: Iterable[ScheduleHealth]) -> list[str
 
 
 def _note(h: ScheduleHealth) -> str | None:
-    """The NOTE column: why the schedule is broken, then the operator's note."""
+    """The NOTE column: why the schedule is broken, which run waits to retry, then the operator's note."""
     notes = [
         n
-        for n in (_first_line(h.broken_error, 300) if h.broken_at else None, _first_line(h.pause_note, 60))
+        for n in (
+            _first_line(h.broken_error, 300) if h.broken_at else None,
+            retrying_note(h),
+            _first_line(h.pause_note, 60),
+        )
         if n
     ]
     return " · ".join(notes) or None
+
+
+def retrying_note(h: ScheduleHealth) -> str | None:
+    """Which run waits to retry, when, and what it does to later slots (RETRYING), else None."""
+    if "RETRYING" not in h.problems or h.retry_slot is None:
+        return None
+    return retrying_text(str(iso(h.retry_slot)), moment(iso(h.retry_at)), h.overlap)
 
 
 def verdict_text(h: ScheduleHealth) -> str:
@@ -570,9 +581,10 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
             "creates slots; said on a first 'fleet:' line), TICKER-CRASHING (a ticker recorded an unexpected "
             "error in the last few minutes; likewise), NO-WORKER (runs whose job no live worker "
             "registered), BACKLOG (a due run waiting longer than one interval), LATE (no success for "
-            "more than two intervals of the schedule's own cadence), "
+            "more than two intervals of the schedule's own cadence), RETRYING (a run waits to retry after "
+            "a failed attempt; NOTE names it and says whether later slots are skipped meanwhile), "
             "PAUSED, DISABLED or OK. NO-TICKER and TICKER-CRASHING concern the enabled, unpaused "
-            "schedules. Exit code: 0 all healthy (OK, PAUSED, DISABLED), 1 any unhealthy, "
+            "schedules. Exit code: 0 all healthy (OK, RETRYING, PAUSED, DISABLED), 1 any unhealthy, "
             "2 bad input such as an unknown schedule."
         ),
     )

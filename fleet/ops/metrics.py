@@ -344,6 +344,13 @@ class FleetCollector:
             int,
         )
         yield from gauge(
+            "fleet_schedule_retrying_runs",
+            "runs waiting out a retry back-off after a failed attempt (RETRYING); under overlap skip "
+            "the schedule's later slots are skipped meanwhile",
+            "retrying_runs",
+            int,
+        )
+        yield from gauge(
             "fleet_schedule_broken",
             "1 when the schedule's timing cannot be evaluated (BROKEN): the ticker skips it",
             "broken_at",

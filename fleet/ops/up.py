@@ -37,10 +37,10 @@ from fleet.embedded import (
     FLEET_DIR,
     UpState,
     embedded_pid,
-    embedded_url,
     pid_alive,
     read_up_state,
     remove_up_state,
+    start_embedded,
     stop_embedded,
     write_up_state,
 )
@@ -155,6 +155,8 @@ class Up:
         self.logs = fleet_dir / "logs"
         self.conf_path = fleet_dir / "supervisord.conf"
         self.stop = threading.Event()
+        self.stop_signal: signal.Signals | None = None  # the first stop signal received
+        self.output_gone = False  # the reader of the output went away (`fleetctl up | head`)
         self.force = False
         self.started_db = False
         self.embedded = False
@@ -168,21 +170,46 @@ class Up:
 
     # -- signals -------------------------------------------------------------------------------
 
-    def _on_signal(self, _sig: signal.Signals) -> None:
+    def _on_signal(self, sig: signal.Signals) -> None:
         if self.stop.is_set():
             self.force = True
             return
+        self.stop_signal = sig
         self.stop.set()
 
+    def _stopped_early(self) -> bool:
+        """Whether a stop came before the fleet was up. Ctrl-C then raises KeyboardInterrupt (one line,
+        exit 130, once what was started is stopped), as in any other command."""
+        if not self.stop.is_set():
+            return False
+        if self.stop_signal == signal.SIGINT:
+            raise KeyboardInterrupt
+        return True
+
     def _say(self, text: str) -> None:
-        print(f"fleetctl up: {text}", flush=True)
+        self._print(f"fleetctl up: {text}")
+
+    def _print(self, *lines: str) -> None:
+        """Write to the output; when its reader has gone (`fleetctl up | head`), stop everything as on
+        a stop signal, writing nothing more."""
+        if self.output_gone:
+            return
+        try:
+            for line in lines:
+                print(line)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self.output_gone = True
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor at exit
+            self.stop.set()
 
     # -- the whole run -------------------------------------------------------------------------
 
     def run(self) -> int:
         restore = on_stop_signal(self._on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
         try:
-            return self._run()
+            code = self._run()
+            return 141 if self.output_gone else code  # as a program that SIGPIPE ended
         finally:
             try:
                 if self.dashboard is not None:
@@ -202,8 +229,10 @@ class Up:
         served = self._load_jobs(apps, jobs_file)
         specs = self._gather_schedules()
         self._clean_up_after_an_earlier_up()
+        if self._stopped_early():
+            return 0
         url = self._database()
-        if self.stop.is_set():
+        if self._stopped_early() or url is None:
             return 0
         with connect(url, "fleetctl up") as conn:
             applied = migrate(conn)
@@ -212,7 +241,7 @@ class Up:
             self._apply(conn, specs)
             self._warn_unserved(conn, served)
         self._write_config(url, apps, jobs_file)
-        if self.stop.is_set():
+        if self._stopped_early():
             return 0
         self._start_supervisord()
         self._start_dashboard(url)
@@ -250,7 +279,8 @@ class Up:
         if earlier is not None and earlier.started_db and embedded_pid(self.base) is not None:
             self.started_db = True  # it was ours: this `up` stops it on exit
 
-    def _database(self) -> str:
+    def _database(self) -> str | None:
+        """The database's URL; None when a stop came while the embedded server was starting."""
         url: str | None = self.args.database_url or os.environ.get("FLEET_DATABASE_URL")
         if url:
             url_params(url, "--database-url" if self.args.database_url else "FLEET_DATABASE_URL")
@@ -261,7 +291,9 @@ class Up:
         running = embedded_pid(self.base) is not None
         if not running:
             self._say(f"starting the embedded PostgreSQL in {EMBEDDED_DIR}")
-        url = embedded_url(self.base)
+        url = start_embedded(self.base, self.stop)
+        if url is None:
+            return None
         self.started_db = self.started_db or not running
         # From here on, fleet commands started in this directory use this server.
         write_up_state(self.base, UpState(os.getpid(), url, self.started_db))
@@ -451,9 +483,7 @@ class Up:
                     screen.draw(live.frame(snap, header))
                     self.stop.wait(_TTY_REFRESH_S)
                 else:
-                    for line in live.plain_lines(snap):
-                        print(line)
-                    sys.stdout.flush()
+                    self._print(*live.plain_lines(snap))
                     self.stop.wait(_PLAIN_REFRESH_S)
             return 0
         finally:

@@ -11,10 +11,10 @@ SELECT set_config('statement_timeout', %(ms)s::text, false)
 -- The newest runs of each named schedule, newest first, at most `per` each: the overview's strip
 -- of recent slots. One backward walk of the primary key per schedule. Runs the ticker created
 -- ahead of their slot are the schedule's future: left out.
-SELECT s.name, r.scheduled_for, r.status::text AS status, r.last_outcome, r.attempts
+SELECT s.name, r.scheduled_for, r.status::text AS status, r.last_outcome, r.attempts, r.failures
 FROM unnest(%(names)s::text[]) AS s(name)
 CROSS JOIN LATERAL (
-    SELECT r.scheduled_for, r.status, r.last_outcome, r.attempts FROM fleet.job_runs r
+    SELECT r.scheduled_for, r.status, r.last_outcome, r.attempts, r.failures FROM fleet.job_runs r
     WHERE r.schedule_name = s.name
       AND NOT (r.status = 'pending' AND r.scheduled_for > now() AND r.run_after > now())
     ORDER BY r.scheduled_for DESC

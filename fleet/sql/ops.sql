@@ -63,7 +63,8 @@ SELECT s.name, s.job, s.job = ANY(%(served)s::text[]) AS job_served, s.enabled, 
        CASE WHEN iv.interval_s IS NULL THEN s.start_at END AS start_at,
        CASE WHEN iv.interval_s IS NULL THEN s.dst_repeated END AS dst_repeated,
        CASE WHEN iv.interval_s IS NULL THEN s.dst_missing END AS dst_missing,
-       x.success_at AS last_success_at,
+       -- the last success (unnamed: the columns are read by position, and the text stays under 4 kB)
+       x.success_at,
        -- quiet since the last success, or since the schedule was created, changed, resumed or
        -- first due, whichever is latest; durations in seconds to the millisecond, rounded here
        -- (Python's round() cost more than the rest of a schedule's verdict)
@@ -79,7 +80,7 @@ SELECT s.name, s.job, s.job = ANY(%(served)s::text[]) AS job_served, s.enabled, 
        CASE WHEN p.name IS NOT NULL THEN p.last_error WHEN x.newer THEN fl.last_error ELSE st.last_error END
            AS last_error,
        coalesce(d.n, 0)::int AS dead_runs,
-       s.broken_at, s.broken_error
+       s.broken_at, s.broken_error, s.overlap
 FROM fleet.schedules s
 CROSS JOIN t
 LEFT JOIN fleet.schedule_stats st ON st.name = s.name
@@ -147,7 +148,8 @@ LEFT JOIN LATERAL (
 -- name: run_open_health
 -- Per schedule with open runs (through job_runs_open), the open runs' part of its health. Only
 -- due pending runs count as pending, backlog or unserved; runs created ahead of their time are
--- waiting, and the earliest slot of those the ticker created is the schedule's next slot.
+-- waiting, and the earliest slot of those the ticker created is the schedule's next slot. A run
+-- pending after a failed attempt, not due yet, waits to retry (RETRYING).
 WITH t AS (SELECT %(now)s::timestamptz AS now)
 SELECT r.schedule_name,
        count(*) FILTER (WHERE r.status = 'running')::int AS running,
@@ -159,7 +161,13 @@ SELECT r.schedule_name,
                                       AND r.scheduled_for > t.now AND r.origin = 'schedule') AS ahead,
        -- open runs no live worker can take: due and pending, or running under a lease that ran out
        count(*) FILTER (WHERE ((r.status = 'pending' AND r.run_after <= t.now) OR r.locked_until < t.now)
-                          AND NOT (r.job = ANY(%(served)s::text[])))::int AS unserved
+                          AND NOT (r.job = ANY(%(served)s::text[])))::int AS unserved,
+       -- runs waiting out a retry back-off after a failed attempt: the earliest, and its next try
+       count(*) FILTER (WHERE r.status = 'pending' AND r.failures > 0 AND r.run_after > t.now)::int AS retrying,
+       min(r.scheduled_for) FILTER (WHERE r.status = 'pending' AND r.failures > 0 AND r.run_after > t.now)
+           AS retry_slot,
+       min(r.run_after) FILTER (WHERE r.status = 'pending' AND r.failures > 0 AND r.run_after > t.now)
+           AS retry_at
 FROM fleet.job_runs r, t
 WHERE r.status IN ('pending', 'running')
   AND (%(every)s OR r.schedule_name = ANY(%(names)s::text[]))

@@ -51,3 +51,11 @@ def returns_coroutine(ctx: JobContext) -> object:
     """A sync function handing back a coroutine nobody awaits."""
     _record("start", ctx)
     return asyncio.sleep(0)
+
+
+@fleet.job("async_blocks")
+async def async_blocks(ctx: JobContext) -> None:
+    """Blocks the event loop: a synchronous sleep of args.seconds where an await belongs."""
+    _record("start", ctx)
+    time.sleep(float(ctx.args.get("seconds", 3)))  # the mistake the worker's loop watch notices
+    _record("done", ctx)

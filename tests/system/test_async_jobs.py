@@ -5,6 +5,7 @@ thousand at once in one process."""
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from tests.support import (
 )
 
 ASYNC_APP = ("--app", "fleet_async_test_jobs")
+APP_SOURCE = Path(__file__).resolve().parents[1] / "apps" / "fleet_async_test_jobs.py"
 
 
 def async_worker(procs: list[Proc], db_url: str, tmp: Path, wid: str, *flags: str) -> Proc:
@@ -175,3 +177,44 @@ def test_one_worker_runs_a_thousand_async_handlers_at_once(
     span = moments[-1][0] - moments[0][0]
     print(f"1,000 async handlers of 1 s: peak {peak} at once, first start to last done {span:.2f} s")
     assert peak == 1000 and span < 3, (peak, span)
+
+
+def test_a_blocked_event_loop_is_logged_naming_the_run_that_blocks_it(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    add_runs(conn, "blocks", "async_blocks", 1, "{ seconds = 3 }")
+    add_runs(conn, "waits", "async_sleep", 1, "{ seconds = 0.2 }")  # delayed by the other, not blocking
+
+    def done() -> int:
+        return int(scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'"))
+
+    with processes() as procs:
+        w = async_worker(procs, db_url, tmp_path, "a", *FAST)
+        wait_for(lambda: done() == 2, timeout=30, what="both runs done")
+        wait_for(lambda: "event_loop_resumed" in w.output(), what="the loop to be seen running again")
+        # A worker paused as a whole (its loop included) has no blocked loop to report.
+        w.signal(signal.SIGSTOP)
+        time.sleep(2.5)  # the length of the pause is what this step is about
+        w.signal(signal.SIGCONT)
+        add_runs(conn, "after", "async_sleep", 1, "{ seconds = 0.1 }")
+        wait_for(lambda: done() == 3, timeout=30, what="a run after the pause")
+        events = log_events(w)
+    blocked = [e for e in events if e["event"] == "event_loop_blocked"]
+    resumed = [e for e in events if e["event"] == "event_loop_resumed"]
+    assert len(blocked) == 1 and len(resumed) == 1, [e["event"] for e in events]
+    b, r = blocked[0], resumed[0]
+    assert (b["schedule"], b["slot"], b["attempt"], b["job"]) == (
+        "blocks",
+        "2026-01-01T00:00:01Z",
+        1,
+        "async_blocks",
+    ), b
+    assert b["worker_id"] == "a" and b["blocked_s"] >= 1.0 and b["in_flight"] == 2, b
+    line = next(i for i, s in enumerate(APP_SOURCE.read_text().splitlines(), 1) if "time.sleep(float" in s)
+    assert b["where"] == f"{APP_SOURCE}:{line}", b
+    assert {k: r[k] for k in ("schedule", "job", "attempt")} == {
+        "schedule": "blocks",
+        "job": "async_blocks",
+        "attempt": 1,
+    }
+    assert 2.8 <= r["blocked_s"] <= 4.0, r

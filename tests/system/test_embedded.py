@@ -237,3 +237,76 @@ def test_down_stops_the_ticker_and_workers_of_a_killed_supervisord(short_dir: Pa
         assert [pid for pid in up.pids if alive(pid)] == []
     finally:
         up.end()
+
+
+def initdb_running(d: Path) -> bool:
+    for p in psutil.process_iter(["name", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if p.info["name"] == "initdb" and str(d) in " ".join(p.info["cmdline"] or []):
+                return True
+    return False
+
+
+def test_ctrl_c_while_the_embedded_database_initialises_is_one_line_and_leaves_nothing(
+    short_dir: Path,
+) -> None:
+    # In a process group of its own, signalled as a terminal signals its foreground group.
+    with open(short_dir / "up.out", "wb") as out:
+        popen = subprocess.Popen(
+            fleetctl_cmd("up", "--workers", "1"),
+            cwd=short_dir,
+            env=bare_env(**FAST),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(lambda: initdb_running(short_dir), timeout=60, interval=0.01, what="initdb to run")
+        os.killpg(popen.pid, signal.SIGINT)
+        assert popen.wait(timeout=30) == 130
+        lines = (short_dir / "up.out").read_text().splitlines()
+        assert lines == [
+            "fleetctl up: starting the embedded PostgreSQL in .fleet/pgdata",
+            "fleetctl up: interrupted",
+        ]
+        assert not initdb_running(short_dir) and postgres_serving(short_dir) == []
+        assert not (short_dir / ".fleet" / "pgdata" / "PG_VERSION").exists()  # the next `up` starts afresh
+        assert read_up_state(short_dir) is None and not up_running(short_dir)
+    finally:
+        end_tree([popen.pid])
+        if embedded_pid(short_dir) is not None:
+            stop_embedded(short_dir)
+
+
+def test_up_whose_output_reader_goes_away_stops_everything_it_started(short_dir: Path) -> None:
+    """`fleetctl up | head`: once `head` has its lines and exits, `up` stops as on Ctrl-C."""
+    popen = subprocess.Popen(
+        fleetctl_cmd("up", "--workers", "1", "--no-dashboard"),
+        cwd=short_dir,
+        env=bare_env(**FAST),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    pids = [popen.pid]
+    try:
+        assert popen.stdout is not None
+        read: list[str] = []
+        while not any("fleetctl up: supervisord (pid" in line for line in read):
+            line = popen.stdout.readline().decode()
+            assert line, read
+            read.append(line)
+        pids += [
+            pid
+            for pid in (embedded_pid(short_dir), read_pid(short_dir / ".fleet" / "supervisord.pid"))
+            if pid
+        ]
+        assert len(pids) == 3, read
+        popen.stdout.close()  # as `head` exits
+        assert popen.wait(timeout=90) == 141
+        assert postgres_serving(short_dir) == []
+        assert [pid for pid in pids if alive(pid)] == []
+        assert read_up_state(short_dir) is None
+    finally:
+        end_tree(pids)
+        if embedded_pid(short_dir) is not None:
+            stop_embedded(short_dir)

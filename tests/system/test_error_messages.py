@@ -5,8 +5,11 @@ back)."""
 
 from __future__ import annotations
 
+import functools
 import signal
+import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ from tests.support import (
     env_for,
     fleetctl_cmd,
     free_port,
+    loading,
     log_events,
     processes,
     scalar,
@@ -142,9 +146,12 @@ def test_a_missing_app_module_is_named(db_url: str, tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
 def test_ctrl_c_during_apply_exits_130_in_one_line_and_changes_nothing(
-    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+    sigint: str, db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
+    """Started with SIGINT at its default (a terminal's foreground) or ignored (a shell's `cmd &`):
+    fleetctl installs its own handling either way."""
     apply_text(conn, '[[schedule]]\nname = "zz"\nevery = "1h"\njob = "noop"\n')
     f = tmp_path / "s.toml"
     f.write_text(
@@ -154,7 +161,7 @@ def test_ctrl_c_during_apply_exits_130_in_one_line_and_changes_nothing(
     with processes() as procs, connect(db_url, "test blocker") as blocker, blocker.transaction():
         # `apply` creates aa, then waits for zz's row, locked here: Ctrl-C comes in the middle of the write.
         blocker.execute("SELECT 1 FROM fleet.schedules WHERE name = 'zz' FOR UPDATE")
-        p = Proc(fleetctl_cmd("apply", str(f)), env_for(db_url), tmp_path / "apply.log")
+        p = Proc(fleetctl_cmd("apply", str(f)), env_for(db_url), tmp_path / "apply.log", sigint=sigint)
         procs.append(p)
         wait_for(
             lambda: (
@@ -172,3 +179,33 @@ def test_ctrl_c_during_apply_exits_130_in_one_line_and_changes_nothing(
         assert p.output().strip().splitlines() == ["fleetctl apply: interrupted; nothing was changed"]
     rows = conn.execute("SELECT name, every FROM fleet.schedules ORDER BY name").fetchall()
     assert [(r["name"], str(r["every"])) for r in rows] == [("zz", "1:00:00")]
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_ctrl_c_while_a_command_loads_is_one_line_without_a_traceback(sigint: str, tmp_path: Path) -> None:
+    # A server that takes the connection and never answers: `status` waits on it for seconds.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"postgresql://postgres@127.0.0.1:{silent.getsockname()[1]}/postgres"
+        outcomes = []
+        with processes() as procs:
+            # From the loading of the command's modules (the database driver's, a tenth of a second)
+            # to the command waiting on the database.
+            for i, delay in enumerate((0.0, 0.005, 0.01, 0.02, 0.04, 0.07, 0.1, 0.6)):
+                p = Proc(fleetctl_cmd("status"), env_for(url), tmp_path / f"{i}.log", sigint=sigint)
+                procs.append(p)
+                wait_for(
+                    functools.partial(loading, p, "psycopg_binary"), timeout=10, interval=0.001, what="load"
+                )
+                time.sleep(delay)  # the instant of the Ctrl-C is what this test varies
+                p.signal(signal.SIGINT)
+                code, out = p.wait(timeout=15), p.output().strip()
+                outcomes.append((delay, code, out))
+                assert code == 130 and out in ("fleetctl: interrupted", "fleetctl status: interrupted"), (
+                    delay,
+                    code,
+                    out,
+                )
+    print("Ctrl-C after loading began (s), line:", [(delay, out) for delay, _, out in outcomes])
+    assert outcomes[-1][2] == "fleetctl status: interrupted", outcomes

@@ -16,6 +16,7 @@ from tests.support import (
     env_for,
     fleetctl_cmd,
     free_port,
+    loading,
     log_events,
     processes,
     ticker_cmd,
@@ -96,3 +97,35 @@ def test_bursts_of_stop_signals_stop_the_metrics_exporter(db_url: str, tmp_path:
         hung = hung_after_bursts(procs)
         assert not hung, f"did not stop within 5 s of the signals: {hung}"
         assert all(logged(p, "metrics_stopped") for p in procs)
+
+
+def test_workers_and_tickers_started_with_sigint_ignored_still_stop_on_it(
+    db_url: str, tmp_path: Path
+) -> None:
+    """As a shell's `cmd &` starts them: SIGINT inherited ignored. Each installs its own handling: a
+    Ctrl-C while it loads is one line and exit 130, and once it runs, a graceful stop (exit 0)."""
+    commands = {
+        "fleet-worker": worker_cmd("--app", "fleet_test_jobs", *FAST),
+        "fleet-ticker": ticker_cmd("--poll", "0.2"),
+    }
+    env = env_for(db_url, FLEET_TEST_DIR=str(tmp_path))
+    with processes() as procs:
+        for name, argv in commands.items():
+            starting = Proc(argv, env, tmp_path / f"{name}-loading.log", sigint="ignored")
+            running = Proc(argv, env, tmp_path / f"{name}.log", sigint="ignored")
+            procs += [starting, running]
+            wait_for(
+                functools.partial(loading, starting, "psycopg_binary"),
+                timeout=10,
+                interval=0.001,
+                what="load",
+            )
+            starting.signal(signal.SIGINT)
+            assert starting.wait(timeout=15) == 130, starting.output()
+            assert starting.output().splitlines() == [f"{name}: interrupted"]
+
+            wait_for(functools.partial(logged, running, *STARTED), what=name)
+            running.signal(signal.SIGINT)
+            assert running.wait(timeout=15) == 0, running.output()
+            stops = [e for e in log_events(running) if e["event"] == "stop_requested"]
+            assert [e["signal"] for e in stops] == ["SIGINT"], running.output()

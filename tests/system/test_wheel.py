@@ -50,9 +50,9 @@ def test_the_wheel_installs_fleet_alone_with_its_data_files(tmp_path: Path) -> N
         assert whl.read(f"{dist_info}/top_level.txt").decode().split() == ["fleet"]
         scripts = whl.read(f"{dist_info}/entry_points.txt").decode()
         for line in (
-            "fleet-ticker = fleet.ticker.cli:main",
-            "fleet-worker = fleet.worker.cli:main",
-            "fleetctl = fleet.ops.cli:main",
+            "fleet-ticker = fleet.ticker:main",
+            "fleet-worker = fleet.worker:main",
+            "fleetctl = fleet.ops:main",
         ):
             assert line in scripts, scripts
     packed = set(names)

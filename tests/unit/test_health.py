@@ -7,7 +7,17 @@ from typing import get_args
 
 import pytest
 
-from fleet.health import SEVERITY, UNHEALTHY, FleetHealth, Health, Verdict, is_healthy, problems, verdict
+from fleet.health import (
+    SEVERITY,
+    UNHEALTHY,
+    FleetHealth,
+    Health,
+    Verdict,
+    is_healthy,
+    problems,
+    retrying_text,
+    verdict,
+)
 
 HOURLY = Health(interval_s=3600.0, quiet_s=600.0, dead_runs=0, oldest_pending_age_s=None, unserved_runs=0)
 
@@ -93,3 +103,24 @@ def test_the_fleet_verdicts_hold_for_the_schedules_that_expect_slots() -> None:
     # a paused or disabled schedule expects no slot: the fleet's tickers are none of its business
     assert verdict(replace(HOURLY, paused=True, fleet=("NO-TICKER",))) == "PAUSED"
     assert verdict(replace(HOURLY, enabled=False, fleet=fleet.problems)) == "DISABLED"
+
+
+def test_a_run_waiting_to_retry_is_retrying_healthy_and_below_late() -> None:
+    retrying = replace(HOURLY, retrying_runs=1)
+    assert verdict(retrying) == "RETRYING" and is_healthy("RETRYING")
+    # retries that keep the schedule quiet for long: LATE says so, RETRYING says why
+    assert problems(replace(retrying, quiet_s=3 * 3600)) == ["LATE", "RETRYING"]
+    assert problems(replace(retrying, dead_runs=1, paused=True)) == ["DEAD", "RETRYING", "PAUSED"]
+
+
+@pytest.mark.parametrize(
+    ("overlap", "tail"),
+    [
+        ("skip", "; later slots are skipped until it ends (overlap skip)"),
+        ("queue", "; later slots wait for it (overlap queue)"),
+        ("allow", ""),
+    ],
+)
+def test_the_retrying_note_says_what_the_run_does_to_later_slots(overlap: str, tail: str) -> None:
+    text = retrying_text("2026-11-02T10:00:00Z", "2026-11-02T10:00:41.250Z", overlap)
+    assert text == "2026-11-02T10:00:00Z waits to retry at 2026-11-02T10:00:41.250Z" + tail

@@ -18,7 +18,7 @@ from fleet import health, logs
 from fleet.errors import UsageError
 from fleet.health import FleetHealth
 from fleet.inspect import health_report, run_history
-from fleet.ops.inspect import fleet_lines, live_processes, schedule_health
+from fleet.ops.inspect import fleet_lines, live_processes, retrying_note, schedule_health
 from fleet.ops.jaeger import jaeger_search_url
 from fleet.ops.targets import iso, parse_instant, schedule_row
 from fleet.queries import q
@@ -47,6 +47,7 @@ VERDICT_MEANINGS: Final[dict[str, str]] = {
     "NO-WORKER": "runs whose job no live worker serves",
     "BACKLOG": "a due run waits longer than an interval",
     "LATE": "no success for two intervals",
+    "RETRYING": "a run waits to retry; under overlap skip, later slots are skipped meanwhile",
     "PAUSED": "paused by an operator",
     "DISABLED": "no longer in the schedules file",
     "OK": "healthy",
@@ -150,6 +151,7 @@ class SharedHealth(Generic[T]):
 class OverviewRow:
     health: ScheduleHealth
     strip: list[dict[str, Any]]  # newest last
+    retrying: str | None = None  # which run waits to retry, and what it does to later slots
 
 
 def overview(
@@ -177,7 +179,7 @@ def overview(
             r["status"] = run_status(r)
             strips[r["name"]].insert(0, r)
     return {
-        "rows": [OverviewRow(h, strips[h.name]) for h in shown],
+        "rows": [OverviewRow(h, strips[h.name], retrying_note(h)) for h in shown],
         "total": len(every),
         "matching": len(chosen),
         "counts": counts,
@@ -213,6 +215,7 @@ def schedule_page(
     return {
         "schedule": row,
         "health": h,
+        "retrying": retrying_note(h),
         "runs": runs,
         "timeline": timeline,
         "dead": dead,

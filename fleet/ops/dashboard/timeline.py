@@ -59,7 +59,7 @@ class Lane:
 class SlotMark:
     x: float
     slot: datetime
-    status: str  # pending | running | done | dead | skipped | discarded
+    status: str  # pending | retrying | running | done | dead | skipped | discarded
     reason: str | None  # why skipped
 
 
@@ -83,9 +83,12 @@ class Timeline:
 
 
 def run_status(run: dict[str, Any]) -> str:
-    """A run's status as people read it: a discarded dead run is `discarded`, not `skipped`."""
+    """A run's status as people read it: a discarded dead run is `discarded`, not `skipped`, and a
+    pending run after a failed attempt is `retrying` (it waits out its back-off, or is due again)."""
     if run["status"] == "skipped" and run.get("last_outcome") == "discarded":
         return "discarded"
+    if run["status"] == "pending" and run.get("failures", 0) > 0:
+        return "retrying"
     return str(run["status"])
 
 
