@@ -3,8 +3,6 @@ read-only mode, origin and CSRF token), routing, and rendering through autoescap
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hmac
 import secrets
 import threading
@@ -160,28 +158,12 @@ class Dashboard:
         host = (req.headers.get("Host") or "").strip()
         if self.settings.loopback and not is_loopback(urllib.parse.urlsplit(f"//{host}").hostname or ""):
             return self._error(400, "Host: this dashboard answers on its loopback address only")
-        if not self._authorized(req):
+        if not self.settings.credentials.allows(req.headers.get("Authorization")):
             r = self._error(401, "credentials required")
             if self.settings.credentials.basic:
                 r.headers["WWW-Authenticate"] = 'Basic realm="fleet dashboard", charset="UTF-8"'
             return r
         return None
-
-    def _authorized(self, req: Request) -> bool:
-        cred = self.settings.credentials
-        if not cred.any:
-            return True
-        scheme, _, value = (req.headers.get("Authorization") or "").partition(" ")
-        value = value.strip()
-        if cred.token is not None and scheme.lower() == "bearer":
-            return hmac.compare_digest(value.encode(), cred.token.encode())
-        if cred.basic is not None and scheme.lower() == "basic":
-            try:
-                given = base64.b64decode(value, validate=True)
-            except (binascii.Error, ValueError):
-                return False
-            return hmac.compare_digest(given, f"{cred.basic[0]}:{cred.basic[1]}".encode())
-        return False
 
     # -- pages ---------------------------------------------------------------------------------
 
