@@ -1,5 +1,6 @@
 """The dashboard's server over real sockets: slow or idle clients are cut at a deadline on their
-whole request and never keep a legitimate request from an answer."""
+whole request and never keep a legitimate request from an answer, and no page grows with the size
+of the values the database holds."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
 from fleet.ops.dashboard.app import Dashboard
 from fleet.ops.dashboard.config import settings_from
 from fleet.ops.dashboard.server import DashboardServer
+from fleet.ops.targets import iso
 from fleet.pool import make_pool
 from tests.slow_clients import SlowClients
 from tests.support import apply_text, live_ticker
@@ -104,3 +107,60 @@ def test_a_request_cut_mid_body_is_not_acted_on(
         slow.close()
     row = conn.execute("SELECT paused_at FROM fleet.schedules WHERE name = 's'").fetchone()
     assert row is not None and row["paused_at"] is None
+
+
+BIG = "x" * 60_000  # near the 64 KiB args limit, once encoded
+
+
+def test_pages_stay_bounded_however_large_args_and_errors_are(
+    dashboard: DashboardServer, conn: psycopg.Connection[Any]
+) -> None:
+    """200 dead runs with 60 KB args of their own and 4,000-character errors, 10 attempts each
+    (2,000 on the timeline), and a slot with 300 attempts: every page stays under 1.5 MB (it was
+    over 12 MB), and each run's full args are a link away."""
+    conn.execute(
+        "UPDATE fleet.schedules SET args = jsonb_build_object('big', %s::text) WHERE name = 's'", (BIG,)
+    )
+    error = "E" * 4000
+    conn.execute(
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, status, attempts, run_after, "
+        "finished_at, last_error) SELECT 's', now() - make_interval(hours => g), 'noop', "
+        "jsonb_build_object('n', g, 'big', %s::text), 'dead', 10, now(), now(), %s "
+        "FROM generate_series(1, 200) g",
+        (BIG, error),
+    )
+    conn.execute(
+        "INSERT INTO fleet.job_attempts (schedule_name, scheduled_for, attempt, worker_id, started_at, "
+        "finished_at, outcome, error) SELECT schedule_name, scheduled_for, a, 'w' || (a %% 3), "
+        "scheduled_for + make_interval(secs => a), scheduled_for + make_interval(secs => a + 1), 'failed', %s "
+        "FROM fleet.job_runs, generate_series(1, 10) a",
+        (error,),
+    )
+    slot = conn.execute("SELECT max(scheduled_for) AS s FROM fleet.job_runs").fetchone()["s"]  # type: ignore[index]
+    conn.execute(
+        "INSERT INTO fleet.job_attempts (schedule_name, scheduled_for, attempt, worker_id, started_at, "
+        "finished_at, outcome, error) SELECT 's', %s, a, 'w', %s, %s, 'failed', %s FROM generate_series(11, 300) a",
+        (slot, slot, slot, error),
+    )
+    slot_path = f"/schedules/s/slots/{iso(slot)}"
+    sizes = {}
+    for path in (
+        "/",
+        "/?fragment=1",
+        "/schedules/s?limit=200",
+        "/schedules/s?limit=200&fragment=1",
+        slot_path,
+    ):
+        status, body = get(dashboard, path)
+        assert status == 200, body[:300]
+        sizes[path] = len(body)
+    assert max(sizes.values()) < 1_500_000, sizes
+    page = get(dashboard, "/schedules/s?limit=200")[1].decode()
+    assert page.count("more characters]") >= 200 and 'class="full-args"' in page
+    assert page.count(BIG[:2001]) == 0  # no value is shown whole
+    slot_page = get(dashboard, slot_path)[1].decode()
+    assert "200 earlier attempt(s) not shown" in slot_page
+    status, full = get(dashboard, slot_path + "/args.json")
+    assert status == 200 and orjson.loads(full)["big"] == BIG
+    status, full = get(dashboard, "/schedules/s/args.json")
+    assert status == 200 and orjson.loads(full) == {"big": BIG}

@@ -37,6 +37,18 @@ MAX_ATTEMPTS: Final = 2000  # attempts drawn on one timeline page
 DEAD_SHOWN: Final = 50
 MAX_PROCESS_RUNS: Final = 1000
 MAX_ARGS_BYTES: Final = 8192
+# What a page shows of a value that can be large (args hold up to 64 KiB, an error 4,000
+# characters): the rest is cut, with a marker saying how much. The full args are one link away
+# (`.../args.json`), the full error in `fleetctl show`. With these, no page grows with the size of
+# what the database holds, only with the bounded number of rows it shows.
+SHOWN: Final = {
+    "args_in_table": 200,  # a run's args in a schedule's table of slots
+    "args": 2000,  # a schedule's args, a slot's args
+    "error_in_table": 500,  # a run's error in a table
+    "error_in_tooltip": 120,  # an attempt's error over its bar on the timeline
+    "error": 4000,  # an attempt's error on its slot's page
+}
+SLOT_ATTEMPTS_SHOWN: Final = 100  # the newest attempts on a slot's page
 VERDICTS: Final = health.SEVERITY
 # What the overview shows of each verdict, in its legend.
 VERDICT_MEANINGS: Final[dict[str, str]] = {
@@ -146,6 +158,15 @@ class SharedHealth(Generic[T]):
                 self._closed.wait(self.max_age_s)
 
 
+def clip(text: str | None, limit: int) -> str:
+    """`text` cut to `limit` characters, with a marker counting what was left out."""
+    if not text:
+        return ""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit:,} more characters]"
+
+
 @dataclass
 class OverviewRow:
     health: ScheduleHealth
@@ -235,6 +256,8 @@ def slot_page(
         a["duration_s"] = (ended - started).total_seconds() if started and ended else None
         a["trace_link"] = trace_link(trace_url, a["trace_id"], a["span_id"])
         previous_end = ended
+    h["attempts_not_shown"] = max(0, len(h["attempt_history"]) - SLOT_ATTEMPTS_SHOWN)
+    h["attempt_history"] = h["attempt_history"][-SLOT_ATTEMPTS_SHOWN:]
     h["args_json"] = orjson.dumps(h["args"]).decode()
     return h
 
