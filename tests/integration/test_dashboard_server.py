@@ -164,3 +164,33 @@ def test_pages_stay_bounded_however_large_args_and_errors_are(
     assert status == 200 and orjson.loads(full)["big"] == BIG
     status, full = get(dashboard, "/schedules/s/args.json")
     assert status == 200 and orjson.loads(full) == {"big": BIG}
+
+
+def test_only_attempts_that_were_traced_link_to_a_trace(
+    dashboard: DashboardServer, conn: psycopg.Connection[Any]
+) -> None:
+    """Every claim records trace ids; only those whose worker exported a span link to Jaeger, and
+    a slot none of whose attempts were traced offers no Jaeger search."""
+    slots = []
+    for hours, traced in ((1, (True, False)), (2, (False, False))):
+        row = conn.execute(
+            "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, status, attempts, run_after, "
+            "finished_at) VALUES ('s', date_trunc('second', now()) - make_interval(hours => %s), 'noop', "
+            "'done', 2, now(), now()) RETURNING scheduled_for",
+            (hours,),
+        ).fetchone()
+        assert row is not None
+        slots.append(row["scheduled_for"])
+        for n, t in enumerate(traced, 1):
+            conn.execute(
+                "INSERT INTO fleet.job_attempts (schedule_name, scheduled_for, attempt, worker_id, "
+                "started_at, finished_at, outcome, trace_id, span_id, traced) "
+                "VALUES ('s', %s, %s, 'w', now(), now(), 'done', %s, %s, %s)",
+                (row["scheduled_for"], n, f"{hours}{n}" * 16, f"{n}" * 16, t),
+            )
+    page = get(dashboard, f"/schedules/s/slots/{iso(slots[0])}")[1].decode()
+    assert re.findall(r'class="trace" href="[^"]*/trace/([0-9a-f]+)"', page) == ["11" * 16]
+    assert page.count('class="no-trace"') == 1 and "Every attempt's trace in Jaeger" in page
+    page = get(dashboard, f"/schedules/s/slots/{iso(slots[1])}")[1].decode()
+    assert 'class="trace"' not in page and page.count('class="no-trace"') == 2
+    assert "Every attempt's trace in Jaeger" not in page

@@ -295,11 +295,11 @@ def test_a_killed_workers_lost_lease_and_the_reclaim_show_on_the_timeline(
             ("lease_expired", holder),
             ("done", other),
         ]
-        # each attempt links to its trace, on the default Jaeger
-        assert rows.nth(1).locator("a.trace").get_attribute("href") == (
-            "http://localhost:16686/trace/"
-            + scalar(conn, "SELECT trace_id FROM fleet.job_runs WHERE schedule_name = 'ingest-orders'")
-        )
+        # these workers export no spans: their attempts have trace ids but no trace to link to
+        # (tests/integration/test_dashboard_server.py links the traced ones)
+        assert scalar(conn, "SELECT bool_or(traced) FROM fleet.job_attempts") is False
+        assert rows.locator("a.trace").count() == 0
+        assert rows.locator(".no-trace").all_inner_texts() == ["not traced", "not traced"]
         shot(p, "slot")
     assert dialogs.seen == [] and dialogs.console_errors == []
 

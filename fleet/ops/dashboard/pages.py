@@ -247,14 +247,18 @@ def slot_page(
     conn: psycopg.Connection[Any], name: str, slot: datetime, trace_url: str, jaeger: str
 ) -> dict[str, Any]:
     """One slot's whole story: every attempt in order, with the wait before it and its trace."""
-    h = {**run_history(conn, name, slot).to_json(), "jaeger_url": jaeger_search_url(jaeger, name, slot)}
+    h = run_history(conn, name, slot).to_json()
+    # Every claim makes trace ids, but only a worker with tracing on exports a span under them:
+    # a link to a trace nobody sent would only find nothing.
+    traced = any(a["traced"] for a in h["attempt_history"])
+    h["jaeger_url"] = jaeger_search_url(jaeger, name, slot) if traced else None
     previous_end: datetime | None = None
     for a in h["attempt_history"]:
         started = parse_instant(a["started_at"], "started_at") if a["started_at"] else None
         ended = parse_instant(a["finished_at"], "finished_at") if a["finished_at"] else None
         a["waited_s"] = (started - previous_end).total_seconds() if started and previous_end else None
         a["duration_s"] = (ended - started).total_seconds() if started and ended else None
-        a["trace_link"] = trace_link(trace_url, a["trace_id"], a["span_id"])
+        a["trace_link"] = trace_link(trace_url, a["trace_id"], a["span_id"]) if a["traced"] else None
         previous_end = ended
     h["attempts_not_shown"] = max(0, len(h["attempt_history"]) - SLOT_ATTEMPTS_SHOWN)
     h["attempt_history"] = h["attempt_history"][-SLOT_ATTEMPTS_SHOWN:]
