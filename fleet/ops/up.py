@@ -51,7 +51,13 @@ from fleet.migrate import migrate
 from fleet.ops import live
 from fleet.ops.control import ProcInfo, Supervisor, SupervisorUnavailable
 from fleet.ops.dashboard.command import RunningDashboard
-from fleet.ops.dashboard.config import DEFAULT_LISTEN, DEFAULT_REFRESH_S, settings_from
+from fleet.ops.dashboard.config import (
+    DEFAULT_LISTEN,
+    DEFAULT_REFRESH_S,
+    is_loopback,
+    parse_listen,
+    settings_from,
+)
 from fleet.ops.down import left_supervisord, runs_with, stop_left_supervisord
 from fleet.ops.host import default_bin_dir, default_grace
 from fleet.queries import q
@@ -362,6 +368,9 @@ class Up:
             settings = settings_from(
                 listen=listen,
                 read_only=False,
+                # a fleet brought up on a machine of one's own: on loopback its dashboard acts
+                # without credentials (FLEET_DASHBOARD_BASIC_AUTH still applies when set)
+                local_actions=is_loopback(parse_listen(listen)[0]),
                 trace_url=None,
                 refresh_s=DEFAULT_REFRESH_S,
                 threads=4,

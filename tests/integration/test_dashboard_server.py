@@ -33,7 +33,13 @@ def dashboard(db_url: str, conn: psycopg.Connection[Any]) -> Iterator[DashboardS
     apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1h"\njob = "noop"\n')
     live_ticker(conn)
     settings = settings_from(
-        listen="127.0.0.1:0", read_only=False, trace_url=None, refresh_s=3, threads=THREADS, env={}
+        listen="127.0.0.1:0",
+        read_only=False,
+        trace_url=None,
+        refresh_s=3,
+        threads=THREADS,
+        env={},
+        local_actions=True,
     )
     pool = make_pool(db_url, "dashboard-test", min_size=1, max_size=THREADS)
     app = Dashboard(settings, pool)

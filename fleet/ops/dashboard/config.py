@@ -98,20 +98,34 @@ def settings_from(
     refresh_s: float,
     threads: int,
     env: Mapping[str, str],
+    local_actions: bool = False,
 ) -> DashboardSettings:
-    """Validated settings; UsageError (exit 2) names the flag or variable that is wrong."""
+    """Validated settings; UsageError (exit 2) names the flag or variable that is wrong.
+
+    Actions need credentials, on loopback too: every local user reaches a loopback port, and each
+    page carries the token a POST needs. `local_actions` lets a loopback dashboard without
+    credentials act all the same, for a machine of one's own."""
     host, port = parse_listen(listen or env.get(ENV_LISTEN) or DEFAULT_LISTEN)
     credentials = credentials_from(env, ENV_TOKEN, ENV_BASIC)
     if not 0.5 <= refresh_s <= 300:
         raise UsageError(f"--refresh: between 0.5 and 300 seconds, got {refresh_s:g}")
     if not 1 <= threads <= 64:
         raise UsageError(f"--threads: between 1 and 64, got {threads}")
+    if local_actions and not is_loopback(host):
+        raise UsageError(
+            f"--local-actions: only on a loopback address; beyond it set {ENV_TOKEN} or {ENV_BASIC}"
+        )
     reason: str | None = None
     if read_only:
         reason = "started with --read-only"
     elif not is_loopback(host) and not credentials.any:
         # Beyond loopback, anyone who reaches the port could act: not without credentials.
         reason = f"listening beyond loopback without credentials ({ENV_TOKEN} or {ENV_BASIC})"
+    elif not credentials.any and not local_actions:
+        reason = (
+            f"no credentials ({ENV_TOKEN} or {ENV_BASIC}), and on loopback every local user could act "
+            "(--local-actions allows it)"
+        )
     return DashboardSettings(
         host=host,
         port=port,
