@@ -24,7 +24,7 @@ from fleet.ops.connection import client, db
 from fleet.ops.targets import iso, parse_age, parse_count, parse_instant, schedule_row
 from fleet.queries import q
 from fleet.repair import trigger_args
-from fleet.schedfile import shown
+from fleet.schedfile import EARLIEST_START, shown
 from fleet.schedule import TimingError, slots_between, timing_of
 
 # A backfill larger than this is refused: it would flood the workers (narrow the range instead).
@@ -55,10 +55,12 @@ def slot_backfill(
 ) -> BackfillResult:
     """Create the schedule's slots in [start, end] that have no run yet (origin 'backfill', due now).
 
-    The range must be in the past and hold at most MAX_BACKFILL_SLOTS slots; a second call creates
-    nothing new.
+    The range must lie between 1970 and now and hold at most MAX_BACKFILL_SLOTS slots; a second
+    call creates nothing new.
     """
     row = schedule_row(conn, schedule, now)
+    if start < EARLIEST_START:  # no schedule starts earlier (start_at is 1970 or later)
+        raise UsageError(f"--from {iso(start)} is before {iso(EARLIEST_START)}: no slot is that old")
     if start > end:
         raise UsageError(f"--from {iso(start)} is after --to {iso(end)}")
     if end > row["db_now"]:

@@ -200,3 +200,18 @@ def test_only_attempts_that_were_traced_link_to_a_trace(
     page = get(dashboard, f"/schedules/s/slots/{iso(slots[1])}")[1].decode()
     assert 'class="trace"' not in page and page.count('class="no-trace"') == 2
     assert "Every attempt's trace in Jaeger" not in page
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/schedules/s/slots/0001-01-01T00:00:00%2B01:00",
+        "/schedules/s/slots/9999-12-31T23:59:59-01:00",
+        "/schedules/s/slots/0001-01-01T00:00:00%2B01:00/args.json",
+        "/schedules/s?before=0001-01-01T00:00:00%2B05:00",
+        "/schedules/s?before=9999-12-31T23:00:00-02:00&fragment=1",
+    ],
+)
+def test_times_out_of_range_in_utc_get_a_400_page(dashboard: DashboardServer, path: str) -> None:
+    status, body = get(dashboard, path)
+    assert status == 400 and b"out of range in UTC" in body, (status, body[:300])
