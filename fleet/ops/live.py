@@ -14,7 +14,7 @@ import psycopg
 
 from fleet.ops.control import ProcInfo
 from fleet.ops.inspect import live_processes, schedule_health, verdict_text
-from fleet.ops.printable import printable
+from fleet.printable import printable
 from fleet.queries import q
 from fleet.results import ScheduleHealth
 
