@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -79,7 +80,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-workers: must be at least --workers ({args.max_workers} < {args.workers})")
     base = Path.cwd()
     fleet_dir = base / FLEET_DIR
-    fleet_dir.mkdir(exist_ok=True)
+    fleet_dir.mkdir(mode=0o700, exist_ok=True)
+    # its processes read .fleet/fleet.env, refused in a directory others may write
+    mode = fleet_dir.stat().st_mode
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        fleet_dir.chmod(stat.S_IMODE(mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
     lock = UpLock(fleet_dir / "up.lock")
     holder = lock.acquire()
     if holder is not None:
