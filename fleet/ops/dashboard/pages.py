@@ -246,7 +246,8 @@ def schedule_page(
 def slot_page(
     conn: psycopg.Connection[Any], name: str, slot: datetime, trace_url: str, jaeger: str
 ) -> dict[str, Any]:
-    """One slot's whole story: every attempt in order, with the wait before it and its trace."""
+    """One slot's story: its attempts in order (the newest SLOT_ATTEMPTS_SHOWN), each with the wait
+    before it and, when its worker exported it, its trace."""
     h = run_history(conn, name, slot).to_json()
     # Every claim makes trace ids, but only a worker with tracing on exports a span under them:
     # a link to a trace nobody sent would only find nothing.
