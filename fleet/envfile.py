@@ -86,27 +86,42 @@ def render_env(env: Mapping[str, str]) -> str:
 # SDK's and libpq's. Anything else (LD_PRELOAD, PYTHONPATH, PATH, an application's own secret) must
 # be named by the operator, so that whoever can write the file cannot choose what code runs.
 ALLOWED_BY_DEFAULT = ("FLEET_*", "OTEL_*", "PG*")
+# fleet's own settings that choose code a worker runs (the modules it imports, the commands it
+# declares): refused like the others unless the operator names them.
+CODE_SETTINGS = ("FLEET_APP", "FLEET_JOBS_FILE")
 
 
 def read_env_file(path: Path, allow: Iterable[str] = ()) -> tuple[dict[str, str], list[str]]:
     """The variables of the environment file at `path` and the warnings to print.
 
-    Refused (ConfigError naming the file or the variable): a file that others than its owner may
-    write (anyone who could write it chooses what the processes run), a variable that matches neither
-    ALLOWED_BY_DEFAULT nor a pattern of `allow` (shell-style, e.g. `APP_*`). Warned: a file that
+    Refused (ConfigError naming the file, its directory or the variable), since whoever could write
+    the file would choose what the processes run: a file that others than its owner may write, or
+    that another user owns (only this user or root may), in a directory that another user owns or
+    that others may write (unless sticky, as /tmp is: then none may replace another's file); a
+    variable that matches neither ALLOWED_BY_DEFAULT nor a pattern of `allow` (shell-style, e.g.
+    `APP_*`), or one of CODE_SETTINGS that no pattern of `allow` matches. Warned: a file that
     anyone may read (it usually holds the database password), as libpq warns of a `.pgpass`.
     """
     try:
         with open(path, "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode
+            st = os.fstat(f.fileno())
             raw = f.read()
     except OSError as e:
         raise ConfigError(f"{path}: cannot read it: {e.strerror}") from None
+    mode = st.st_mode
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise ConfigError(
             f"{path}: writable by group or others (mode {stat.S_IMODE(mode):04o}); "
             f"run `chmod go-w {path}` (0600 or 0640 with a group that only reads)"
         )
+    euid = os.geteuid()
+    if st.st_uid not in (euid, 0):
+        raise ConfigError(
+            f"{path}: owned by uid {st.st_uid}, neither this user (uid {euid}) nor root; "
+            "whoever owns it chooses what the processes run"
+        )
+    for directory in dict.fromkeys((path.absolute().parent, path.resolve().parent)):
+        _check_directory(directory, euid)
     warnings = []
     if mode & stat.S_IROTH:
         warnings.append(
@@ -120,9 +135,34 @@ def read_env_file(path: Path, allow: Iterable[str] = ()) -> tuple[dict[str, str]
     env = parse_env(text, str(path))
     patterns = (*ALLOWED_BY_DEFAULT, *allow)
     for key in env:
-        if not any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns):
+        named = any(fnmatch.fnmatchcase(key, pattern) for pattern in allow)
+        if key in CODE_SETTINGS and not named:
+            raise ConfigError(
+                f"{path}: {key} is not allowed in an environment file unless --env-allow "
+                "(exec-env --allow) names it: it chooses the code a worker runs (give it as a flag)"
+            )
+        if not named and not any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns):
             raise ConfigError(
                 f"{path}: {key} is not allowed in an environment file (allowed: "
-                f"{', '.join(ALLOWED_BY_DEFAULT)}, and what --env-allow names)"
+                f"{', '.join(ALLOWED_BY_DEFAULT)} but {', '.join(CODE_SETTINGS)}, and what --env-allow "
+                "(exec-env --allow) names)"
             )
     return env, warnings
+
+
+def _check_directory(directory: Path, euid: int) -> None:
+    """ConfigError unless only this user or root can replace the files of `directory`."""
+    try:
+        st = os.stat(directory)
+    except OSError as e:
+        raise ConfigError(f"{directory}: cannot read it: {e.strerror}") from None
+    if st.st_uid not in (euid, 0):
+        raise ConfigError(
+            f"{directory}: owned by uid {st.st_uid}, neither this user (uid {euid}) nor root; "
+            "whoever owns it can replace the environment file in it"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        raise ConfigError(
+            f"{directory}: writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}), who "
+            f"can replace the environment file in it; run `chmod go-w {directory}`"
+        )

@@ -28,10 +28,15 @@ DEFAULT_RUNS_LIMIT = 20
 
 def aware(value: datetime, name: str) -> datetime:
     """`value` in UTC; RequestError naming `name` when it has no time zone (which instant it means
-    would depend on the database session's)."""
+    would depend on the database session's) or its offset moves it out of years 1 to 9999 in UTC."""
     if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
         raise RequestError(f"{name}: a timezone-aware datetime is needed, got {value!r}")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise RequestError(
+            f"{name}: out of range in UTC (years 1 to 9999), got {value.isoformat()}"
+        ) from None
 
 
 # -- what a request names ------------------------------------------------------------------------

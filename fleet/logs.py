@@ -14,6 +14,8 @@ from typing import IO, Any
 
 import orjson
 
+from fleet.printable import printable
+
 _OPTIONS = orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z
 _lock = threading.Lock()
 _local = threading.local()
@@ -240,7 +242,15 @@ def _write(data: bytes) -> None:
 
 
 def _text(v: Any) -> str:
+    """A value of a text line: as it is when it is one plain word, else in double quotes with `"`
+    and `\\` escaped and every control character written as an escape, so that no value can
+    break the line, forge a field, or reach the terminal as a control sequence."""
     if isinstance(v, datetime):
         return v.astimezone(UTC).isoformat().replace("+00:00", "Z")
     s = str(v)
-    return f'"{s}"' if " " in s else s
+    if s and not any(c in _QUOTED for c in s) and printable(s) == s:
+        return s
+    return '"' + printable(s.replace("\\", "\\\\").replace('"', '\\"')) + '"'
+
+
+_QUOTED = frozenset(' "=\\')

@@ -11,13 +11,13 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 import psycopg
 
 from fleet.errors import RequestError, RunStateError, UnknownSchedule
 from fleet.inspect import aware, run_get, schedule_get
 from fleet.queries import q
 from fleet.results import Triggered
+from fleet.schedfile import MAX_ARGS_BYTES, args_json
 from fleet.schedule import TimingError, first_slot_at_or_after, timing_of
 
 
@@ -83,17 +83,18 @@ def run_discard(conn: psycopg.Connection[Any], schedule: str, slot: datetime | N
 # -- trigger -------------------------------------------------------------------------------------
 
 
-def trigger_args(args: Mapping[str, Any] | None) -> str | None:
-    """The JSON text of a trigger's arguments (None: the schedule's own); RequestError naming `args`
-    unless they are a mapping with string keys that JSON can hold."""
+def trigger_args(args: Mapping[str, Any] | None, field: str = "args") -> str | None:
+    """The JSON text of a trigger's arguments (None: the schedule's own); RequestError naming
+    `field` unless they are a mapping with string keys that JSON can hold, without a NUL character,
+    in at most MAX_ARGS_BYTES (64 KiB) of JSON: what a schedules file's args may hold."""
     if args is None:
         return None
     if not isinstance(args, Mapping):
-        raise RequestError(f"args: must be a JSON object (a mapping), got {type(args).__name__}")
-    try:
-        return orjson.dumps(dict(args)).decode()
-    except TypeError as e:  # orjson.JSONEncodeError
-        raise RequestError(f"args: cannot be written as JSON: {e}") from None
+        raise RequestError(f"{field}: must be a JSON object (a mapping), got {type(args).__name__}")
+    encoded, problems = args_json(dict(args), field, MAX_ARGS_BYTES)
+    if problems or encoded is None:
+        raise RequestError(problems[0] if problems else f"{field}: cannot be written as JSON")
+    return encoded.decode()
 
 
 def run_trigger(

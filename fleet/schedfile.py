@@ -242,6 +242,28 @@ def _nul(value: Any, path: str) -> list[str]:
     return []
 
 
+def args_json(
+    args: dict[str, Any], field: str, max_bytes: int = MAX_ARGS_BYTES, hint: str = ""
+) -> tuple[bytes | None, list[str]]:
+    """`args` as the JSON a run stores (None when JSON cannot hold them), and what keeps them from
+    being stored, each ``"{field}...: why"``: a value JSON cannot hold (inf, nan, an object), a NUL
+    character (PostgreSQL's jsonb cannot store one), more than `max_bytes` bytes of JSON (`hint`
+    after that one: how to raise the bound)."""
+    try:
+        encoded = orjson.dumps(args)
+    except TypeError as e:  # orjson.JSONEncodeError: a type JSON cannot hold, or nested too deep
+        return None, [f"{field}: not representable as JSON: {e}"]
+    # the walks recurse only as deep as orjson accepted
+    problems = [f"{path}: not representable as JSON: {value}" for path, value in _non_finite(args, field)]
+    problems += [
+        f"{path}: holds a NUL character (\\u0000), which PostgreSQL's jsonb cannot store"
+        for path in _nul(args, field)
+    ]
+    if len(encoded) > max_bytes:
+        problems.append(f"{field}: {len(encoded):,} bytes of JSON, more than {max_bytes:,}{hint}")
+    return encoded, problems
+
+
 def parse_entry(
     entry: dict[str, Any], where: str, max_args_bytes: int = MAX_ARGS_BYTES
 ) -> tuple[ScheduleSpec | None, list[str]]:
@@ -267,20 +289,10 @@ def parse_entry(
         bad("args", "must be a table")
         args = {}
     else:
-        for path, value in _non_finite(args, "args"):
-            bad(path, f"not representable as JSON: {value}")
-        for path in _nul(args, "args"):
-            bad(path, "holds a NUL character (\\u0000), which PostgreSQL's jsonb cannot store")
-        try:
-            encoded = orjson.dumps(args)
+        encoded, problems = args_json(args, "args", max_args_bytes, " (apply --max-args-bytes)")
+        errs.extend(f"{where}: {problem}" for problem in problems)
+        if encoded is not None:
             args = orjson.loads(encoded)  # TOML dates become ISO strings
-            if len(encoded) > max_args_bytes:
-                bad(
-                    "args",
-                    f"{len(encoded):,} bytes of JSON, more than {max_args_bytes:,} (apply --max-args-bytes)",
-                )
-        except TypeError as e:
-            bad("args", f"not representable as JSON: {e}")
 
     def duration(key: str, positive: bool = True) -> timedelta | None:
         if key not in entry:

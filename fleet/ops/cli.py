@@ -26,7 +26,7 @@ from fleet.errors import (
     UsageError,
 )
 from fleet.ops.connection import db, require_schema
-from fleet.ops.printable import printable
+from fleet.printable import printable
 from fleet.signals import interrupts_deferred
 from fleet.usage import Parser
 

@@ -18,8 +18,8 @@ from fleet.errors import UsageError
 from fleet.health import FLEET_VERDICTS, retrying_text
 from fleet.ops.connection import db
 from fleet.ops.jaeger import DEFAULT_JAEGER_URL, jaeger_search_url
-from fleet.ops.printable import printable, printable_lines
 from fleet.ops.targets import iso, parse_count, parse_instant, require_schedules, run_row
+from fleet.printable import printable, printable_lines
 from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
 

@@ -15,7 +15,7 @@ import psycopg
 from fleet import inspect
 from fleet.ops.control import ProcInfo
 from fleet.ops.inspect import fleet_lines, live_processes, verdict_text
-from fleet.ops.printable import printable
+from fleet.printable import printable
 from fleet.queries import q
 from fleet.results import ScheduleHealth
 

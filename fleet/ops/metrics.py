@@ -30,15 +30,9 @@ from fleet.errors import DatabaseUnavailable, UsageError
 from fleet.health import FleetHealth
 from fleet.inspect import HEALTH_FIELDS, health_rows
 from fleet.ops import health
+from fleet.ops.httpd import MAX_CONNECTIONS, Credentials, credentials_from
 from fleet.ops.inspect import live_processes
-from fleet.ops.metrics_server import (
-    DEFAULT_INTERVAL_S,
-    MAX_CONNECTIONS,
-    Access,
-    Exposition,
-    MetricsServer,
-    tls_context,
-)
+from fleet.ops.metrics_server import DEFAULT_INTERVAL_S, Exposition, MetricsServer, tls_context
 from fleet.queries import q
 from fleet.registry import CRASH_RECENT_S
 from fleet.signals import on_stop_signal
@@ -549,7 +543,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, number
 
 
-OPEN = Access()
+OPEN = Credentials()
 
 
 def serve(
@@ -559,7 +553,7 @@ def serve(
     stop: threading.Event,
     settle_s: float = SETTLE_S,
     interval_s: float = DEFAULT_INTERVAL_S,
-    access: Access = OPEN,
+    access: Credentials = OPEN,
     tls: ssl.SSLContext | None = None,
     max_connections: int = MAX_CONNECTIONS,
 ) -> int:
@@ -583,10 +577,10 @@ def serve(
         listen=f"{host}:{bound}",
         database=redact(url),
         tls=tls is not None,
-        auth=not access.open,
+        auth=access.any,
         interval_s=interval_s,
     )
-    if access.open and not _loopback(host):
+    if not access.any and not _loopback(host):
         logs.event(
             "metrics_unauthenticated",
             listen=f"{host}:{bound}",
@@ -612,11 +606,8 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def _access_from_env() -> Access:
-    basic = os.environ.get("FLEET_METRICS_BASIC_AUTH") or None
-    if basic is not None and ":" not in basic:
-        raise UsageError("FLEET_METRICS_BASIC_AUTH: expected USER:PASSWORD")
-    return Access(basic=basic, token=os.environ.get("FLEET_METRICS_TOKEN") or None)
+def _access_from_env() -> Credentials:
+    return credentials_from(os.environ, "FLEET_METRICS_TOKEN", "FLEET_METRICS_BASIC_AUTH")
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
@@ -677,7 +668,7 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         type=int,
         default=MAX_CONNECTIONS,
         metavar="N",
-        help=f"connections served at once; more get 503 ({MAX_CONNECTIONS})",
+        help=f"connections held at once; more are closed at once, with a 503 unless TLS ({MAX_CONNECTIONS})",
     )
     p.add_argument(
         "--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate (with --tls-key)"
@@ -685,6 +676,6 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--tls-key", metavar="FILE", help="the PEM private key of --tls-cert")
     p.epilog = (
         "Scrapers must authenticate when FLEET_METRICS_BASIC_AUTH (USER:PASSWORD) or "
-        "FLEET_METRICS_TOKEN (a bearer token) is set."
+        "FLEET_METRICS_TOKEN (a bearer token of 16 or more characters) is set."
     )
     return {"metrics": cmd_metrics}

@@ -3,30 +3,24 @@
 The exposition is computed from the database at most once per interval, by one thread, and shared by
 every scrape in between: however many scrapers, retries or dashboards ask, the database sees one
 health query per interval, and a scrape is answered from memory. The server bounds what a client
-can hold: a few connections at once (more get 503 at once), a deadline per request (a client that
-sends half a request is cut off), no keep-alive.
+can hold (fleet.ops.httpd): a connection, cut at a deadline for its request and another for its
+response, TLS included; connections past the limit are closed at once; no keep-alive.
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import hmac
-import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from fleet import logs
+from fleet.ops.httpd import DEADLINE_S, MAX_CONNECTIONS, BoundedHTTPServer, Credentials
 
 DEFAULT_INTERVAL_S = 15.0
-MAX_CONNECTIONS = 16
-REQUEST_DEADLINE_S = 10.0  # from accept to the last byte sent
-BACKLOG = 128
+REQUEST_DEADLINE_S = DEADLINE_S  # for the request, from accept; then as much for the response
 
 
 # The Prometheus text format's media type.
@@ -70,42 +64,12 @@ class Exposition:
             return self._body
 
 
-@dataclass(frozen=True)
-class Access:
-    """Who may scrape: anyone, or a client with these basic-auth credentials or bearer token."""
-
-    basic: str | None = None  # "user:password"
-    token: str | None = None
-
-    @property
-    def open(self) -> bool:
-        return self.basic is None and self.token is None
-
-    def allows(self, header: str | None) -> bool:
-        if self.open:
-            return True
-        if not header:
-            return False
-        scheme, _, value = header.partition(" ")
-        value = value.strip()
-        if scheme.lower() == "basic" and self.basic is not None:
-            try:
-                given = base64.b64decode(value, validate=True)
-            except ValueError:
-                return False
-            return hmac.compare_digest(given, self.basic.encode())
-        if scheme.lower() == "bearer" and self.token is not None:
-            return hmac.compare_digest(value.encode(), self.token.encode())
-        return False
-
-
 class _Handler(BaseHTTPRequestHandler):
     server: MetricsServer
     protocol_version = "HTTP/1.0"  # one request per connection
-    timeout = REQUEST_DEADLINE_S  # each read or write; the whole request has its own deadline too
 
     def do_GET(self) -> None:
-        if not self.server.access.allows(self.headers.get("Authorization")):
+        if not self.server.credentials.allows(self.headers.get("Authorization")):
             self._send(401, b"authentication required\n", [("WWW-Authenticate", 'Basic realm="fleet"')])
             return
         if self.path.split("?", 1)[0] not in ("/metrics", "/"):
@@ -124,6 +88,8 @@ class _Handler(BaseHTTPRequestHandler):
         headers: Sequence[tuple[str, str]] = (),
     ) -> None:
         parts = (body,) if isinstance(body, bytes) else body
+        if not self.server.respond(self.connection):
+            return  # cut at its deadline: the request may be incomplete
         self.send_response(code)
         for name, value in headers:
             self.send_header(name, value)
@@ -138,60 +104,21 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # scrapes are not events
 
 
-class MetricsServer(ThreadingHTTPServer):
-    """A threaded HTTP server with a connection limit and a deadline per request."""
-
-    daemon_threads = True
-    request_queue_size = BACKLOG
+class MetricsServer(BoundedHTTPServer):
+    """The metrics endpoint: a bounded HTTP server (see fleet.ops.httpd) answering from memory."""
 
     def __init__(
         self,
         address: tuple[str, int],
         exposition: Exposition,
-        access: Access,
+        credentials: Credentials,
         tls: ssl.SSLContext | None = None,
         max_connections: int = MAX_CONNECTIONS,
         deadline_s: float = REQUEST_DEADLINE_S,
     ) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, max_connections=max_connections, deadline_s=deadline_s, tls=tls)
         self.exposition = exposition
-        self.access = access
-        self.tls = tls
-        self.slots = threading.BoundedSemaphore(max_connections)
-        self.deadline_s = deadline_s
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            with contextlib.suppress(OSError):
-                request.settimeout(1.0)
-                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        # The deadline covers the TLS handshake and a client that trickles its request.
-        deadline = threading.Timer(self.deadline_s, _cut, (request,))
-        deadline.daemon = True
-        deadline.start()
-        try:
-            if self.tls is not None:
-                request.settimeout(self.deadline_s)
-                try:
-                    request = self.tls.wrap_socket(request, server_side=True)
-                except (OSError, ssl.SSLError):
-                    self.shutdown_request(request)
-                    return
-            super().process_request_thread(request, client_address)
-        finally:
-            deadline.cancel()
-            self.slots.release()
-
-
-def _cut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
+        self.credentials = credentials
 
 
 def tls_context(cert: str, key: str) -> ssl.SSLContext:

@@ -19,10 +19,12 @@ import orjson
 import psycopg
 
 from fleet.client import Client
-from fleet.errors import UsageError
+from fleet.errors import RequestError, UsageError
 from fleet.ops.connection import client, db
 from fleet.ops.targets import iso, parse_age, parse_count, parse_instant, schedule_row
 from fleet.queries import q
+from fleet.repair import trigger_args
+from fleet.schedfile import EARLIEST_START, shown
 from fleet.schedule import TimingError, slots_between, timing_of
 
 # A backfill larger than this is refused: it would flood the workers (narrow the range instead).
@@ -53,10 +55,12 @@ def slot_backfill(
 ) -> BackfillResult:
     """Create the schedule's slots in [start, end] that have no run yet (origin 'backfill', due now).
 
-    The range must be in the past and hold at most MAX_BACKFILL_SLOTS slots; a second call creates
-    nothing new.
+    The range must lie between 1970 and now and hold at most MAX_BACKFILL_SLOTS slots; a second
+    call creates nothing new.
     """
     row = schedule_row(conn, schedule, now)
+    if start < EARLIEST_START:  # no schedule starts earlier (start_at is 1970 or later)
+        raise UsageError(f"--from {iso(start)} is before {iso(EARLIEST_START)}: no slot is that old")
     if start > end:
         raise UsageError(f"--from {iso(start)} is after --to {iso(end)}")
     if end > row["db_now"]:
@@ -220,7 +224,8 @@ def cmd_discard(args: argparse.Namespace) -> int:
 
 
 def _job_args(text: str | None) -> dict[str, Any] | None:
-    """`--args`: a JSON object, or None when the flag is not given."""
+    """`--args`: a JSON object that a run can store (at most 64 KiB, no NUL character), or None when
+    the flag is not given."""
     if text is None:
         return None
     try:
@@ -228,7 +233,11 @@ def _job_args(text: str | None) -> dict[str, Any] | None:
     except orjson.JSONDecodeError as e:
         raise UsageError(f"--args: not valid JSON: {e}") from None
     if not isinstance(value, dict):
-        raise UsageError(f'--args: must be a JSON object such as \'{{"format": "csv"}}\', got {text!r}')
+        raise UsageError(f'--args: must be a JSON object such as \'{{"format": "csv"}}\', got {shown(text)}')
+    try:
+        trigger_args(value, "--args")
+    except RequestError as e:
+        raise UsageError(str(e)) from None
     return value
 
 
@@ -329,7 +338,10 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     p.add_argument("schedule", metavar="SCHEDULE")
     p.add_argument(
-        "--args", metavar="JSON", help="a JSON object: the job's arguments for this run, not the schedule's"
+        "--args",
+        metavar="JSON",
+        help="a JSON object of at most 64 KiB: the job's arguments for this run, not the schedule's "
+        "(readable by every fleet role: no place for a secret)",
     )
 
     p = sub.add_parser(

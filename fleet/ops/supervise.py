@@ -64,7 +64,8 @@ def add_commands(sub: Any) -> dict[str, Command]:
         metavar="PATTERN",
         action="append",
         default=[],
-        help="variables beyond FLEET_*, OTEL_*, PG* the environment file may set (repeatable)",
+        help="variables beyond FLEET_*, OTEL_*, PG* the environment file may set, and FLEET_APP or "
+        "FLEET_JOBS_FILE, which choose the code a worker runs (repeatable)",
     )
     p.add_argument(
         "--run-dir", metavar="DIR", default="/run/fleet", help="directory of the control socket and pid file"
@@ -155,14 +156,18 @@ def add_commands(sub: Any) -> dict[str, Command]:
         description="Read FILE (NAME=value lines, as systemd's EnvironmentFile= reads them), add its "
         "variables to the environment (the file wins) and replace this process with COMMAND.",
     )
-    e.add_argument("file", help="the environment file (refused when others may write it)")
+    e.add_argument(
+        "file",
+        help="the environment file (refused when another user owns it or its directory, or others may "
+        "write either)",
+    )
     e.add_argument(
         "--allow",
         metavar="PATTERN",
         action="append",
         default=[],
         help="also allow variables matching PATTERN (e.g. APP_*; repeatable); "
-        "FLEET_*, OTEL_* and PG* are always allowed",
+        "FLEET_*, OTEL_* and PG* are always allowed, but FLEET_APP and FLEET_JOBS_FILE only when named",
     )
     e.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]")
 

@@ -20,9 +20,11 @@ def parse_instant(text: str, flag: str) -> datetime:
     """An ISO-8601 instant such as ``2026-11-02T10:00:00Z``; without an offset it is read as UTC."""
     try:
         value = datetime.fromisoformat(text.strip())
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     except ValueError:
         raise UsageError(f"{flag}: not an ISO-8601 time: {text!r} (e.g. 2026-11-02T10:00:00Z)") from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:  # its offset moves it out of years 1 to 9999 in UTC
+        raise UsageError(f"{flag}: out of range in UTC (years 1 to 9999): {text!r}") from None
 
 
 def parse_span(text: str, flag: str) -> timedelta:

@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -51,7 +52,13 @@ from fleet.migrate import migrate
 from fleet.ops import live
 from fleet.ops.control import ProcInfo, Supervisor, SupervisorUnavailable
 from fleet.ops.dashboard.command import RunningDashboard
-from fleet.ops.dashboard.config import DEFAULT_LISTEN, DEFAULT_REFRESH_S, settings_from
+from fleet.ops.dashboard.config import (
+    DEFAULT_LISTEN,
+    DEFAULT_REFRESH_S,
+    is_loopback,
+    parse_listen,
+    settings_from,
+)
 from fleet.ops.down import left_supervisord, runs_with, stop_left_supervisord
 from fleet.ops.host import default_bin_dir, default_grace
 from fleet.queries import q
@@ -73,7 +80,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-workers: must be at least --workers ({args.max_workers} < {args.workers})")
     base = Path.cwd()
     fleet_dir = base / FLEET_DIR
-    fleet_dir.mkdir(exist_ok=True)
+    fleet_dir.mkdir(mode=0o700, exist_ok=True)
+    # its processes read .fleet/fleet.env, refused in a directory others may write
+    mode = fleet_dir.stat().st_mode
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        fleet_dir.chmod(stat.S_IMODE(mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
     lock = UpLock(fleet_dir / "up.lock")
     holder = lock.acquire()
     if holder is not None:
@@ -394,6 +405,9 @@ class Up:
             settings = settings_from(
                 listen=listen,
                 read_only=False,
+                # a fleet brought up on a machine of one's own: on loopback its dashboard acts
+                # without credentials (FLEET_DASHBOARD_BASIC_AUTH still applies when set)
+                local_actions=is_loopback(parse_listen(listen)[0]),
                 trace_url=None,
                 refresh_s=DEFAULT_REFRESH_S,
                 threads=4,

@@ -22,9 +22,10 @@ from fleet import chores, rollup
 from fleet.apply import apply_specs
 from fleet.db import connect
 from fleet.inspect import health_chunks
+from fleet.ops.httpd import Credentials
 from fleet.ops.inspect import schedule_health, write_json_chunks
 from fleet.ops.metrics import FleetCollector
-from fleet.ops.metrics_server import Access, Exposition, MetricsServer
+from fleet.ops.metrics_server import Exposition, MetricsServer
 from fleet.schedfile import load
 from loadtest.bench.config import Bench
 from loadtest.bench.procs import BIN
@@ -134,7 +135,7 @@ def run(bench: Bench, report: Report) -> None:
         t0 = time.monotonic()
         exposition.refresh()
         computes.append((time.monotonic() - t0) * 1000)
-    server = MetricsServer(("127.0.0.1", 0), exposition, Access())
+    server = MetricsServer(("127.0.0.1", 0), exposition, Credentials())
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     scrapes = []

@@ -11,8 +11,9 @@ import urllib.request
 
 from fleet.apply import apply_specs
 from fleet.db import connect
+from fleet.ops.httpd import Credentials
 from fleet.ops.metrics import FleetCollector
-from fleet.ops.metrics_server import Access, Exposition, MetricsServer
+from fleet.ops.metrics_server import Exposition, MetricsServer
 from fleet.schedfile import load
 from loadtest.bench.config import Bench
 from loadtest.bench.report import Report, median
@@ -49,7 +50,7 @@ def run(bench: Bench, report: Report) -> None:
         exposition.refresh()
         computes.append(time.monotonic() - started)
     size = sum(map(len, exposition.latest(0) or ()))
-    server = MetricsServer(("127.0.0.1", 0), exposition, Access())
+    server = MetricsServer(("127.0.0.1", 0), exposition, Credentials())
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     scrapes = []

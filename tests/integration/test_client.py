@@ -102,8 +102,15 @@ def test_trigger_refuses_bad_args_and_unknown_schedules(db_url: str, conn: psyco
     with fleet.Client(db_url) as c:
         with pytest.raises(fleet.RequestError, match="^args: must be a JSON object"):
             c.trigger("s", args=[1, 2])  # type: ignore[arg-type]
-        with pytest.raises(fleet.RequestError, match="^args: cannot be written as JSON"):
+        with pytest.raises(fleet.RequestError, match="^args: not representable as JSON"):
             c.trigger("s", args={"when": object()})
+        # what a schedules file's args may not hold either: a NUL, more than 64 KiB of JSON
+        with pytest.raises(fleet.RequestError, match=r"^args\.note: holds a NUL character"):
+            c.trigger("s", args={"note": "a\x00b"})
+        with pytest.raises(fleet.RequestError, match=r"^args key 'a\\x00': holds a NUL character"):
+            c.trigger("s", args={"a\x00": 1})
+        with pytest.raises(fleet.RequestError, match="^args: 65,544 bytes of JSON, more than 65,536$"):
+            c.trigger("s", args={"x": "y" * 65_536})
         with pytest.raises(fleet.UnknownSchedule, match="no such schedule: 'nope'") as e:
             c.trigger("nope")
         assert e.value.names == ["nope"]
@@ -116,11 +123,16 @@ def test_fleetctl_trigger_args(capsys: Cap, db_url: str, conn: psycopg.Connectio
     assert code == 0 and out.startswith("triggered s @"), err
     assert scalar(conn, "SELECT args FROM fleet.job_runs WHERE origin = 'trigger'") == {"format": "csv"}
 
+    at_most = '{"x": "' + "y" * (65_536 - 10) + '"}'  # 65,536 bytes once written back
+    code, out, err = fleetctl(capsys, db_url, "trigger", "s", "--args", at_most)
+    assert code == 0, err  # (triggered, or exists already within the same second)
+
     before = snapshot(conn)
-    for bad in ("{format: csv}", "[1, 2]", '"csv"', "null", ""):
+    too_large = '{"x": "' + "y" * 65_536 + '"}'
+    for bad in ("{format: csv}", "[1, 2]", '"csv"', "null", "", '{"a": "\\u0000"}', too_large):
         code, out, err = fleetctl(capsys, db_url, "trigger", "s", "--args", bad)
-        assert code == 2 and err.startswith("fleetctl trigger: --args: "), (bad, err)
-        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert code == 2 and err.startswith("fleetctl trigger: --args"), (bad[:60], err[:300])
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and len(err) < 300
     assert snapshot(conn) == before
 
 

@@ -232,7 +232,8 @@ def test_the_dashboard_shows_broken_its_error_the_fleet_alarm_and_the_legend(
     db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
     from fleet.ops.dashboard.app import Dashboard, Request
-    from fleet.ops.dashboard.config import Credentials, DashboardSettings
+    from fleet.ops.dashboard.config import DashboardSettings
+    from fleet.ops.httpd import Credentials
     from fleet.pool import make_pool
 
     hourly(conn, "broken", "fine")

@@ -4,7 +4,7 @@ twice (the second call changes nothing), and on unknown schedules and slots (exi
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -209,6 +209,57 @@ def test_pause_note_is_shown_by_status_and_resume_replaces_it(
     assert scalar(conn, "SELECT pause_note FROM fleet.schedules") is None
     too_long = refused(capsys, db_url, conn, "pause", "s", "--note", "x" * 501)
     assert "--note: at most 500 characters" in too_long
+
+
+# -- times at the far ends ------------------------------------------------------------------------
+
+YEAR_1 = "0001-01-01T00:00:00"
+YEAR_9999 = "9999-12-31T23:59:59"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("show", "s", YEAR_1 + "+01:00"), "SLOT: out of range in UTC (years 1 to 9999)"),
+        (("show", "c", YEAR_9999 + "-01:00"), "SLOT: out of range in UTC (years 1 to 9999)"),
+        (("show", "c", YEAR_1 + "Z"), "has no run at 0001-01-01T00:00:00Z"),
+        (("show", "s", YEAR_9999 + ".999999Z"), "has no run at 9999-12-31T23:59:59.999999Z"),
+        (("trace", "c", YEAR_1 + "+05:00"), "SLOT: out of range in UTC"),
+        (("retry", "s", YEAR_1 + "+05:00"), "SLOT: out of range in UTC"),
+        (("discard", "c", YEAR_9999 + "-02:00"), "SLOT: out of range in UTC"),
+        (("backfill", "s", "--from", YEAR_1 + "Z", "--to", "0001-01-01T05:00:00Z"), "--from 0001-01-01T00:00:00Z is before 1970"),
+        (("backfill", "c", "--from", YEAR_1 + "Z", "--to", "2026-01-01T00:00:00Z"), "is before 1970"),
+        (("backfill", "c", "--from", YEAR_1 + "+05:00", "--to", "2026-01-01T00:00:00Z"), "--from: out of range in UTC"),
+        (("backfill", "s", "--from", "9999-12-31T00:00:00Z", "--to", YEAR_9999 + ".999999Z"), "is in the future"),
+        (("backfill", "s", "--from", "2026-01-01T00:00:00Z", "--to", YEAR_9999 + "-05:00"), "--to: out of range in UTC"),
+    ],
+)  # fmt: skip
+def test_times_at_the_far_ends_are_refused_in_one_line(
+    capsys: Cap, db_url: str, conn: psycopg.Connection[Any], args: tuple[str, ...], message: str
+) -> None:
+    """Years 1 and 9999, with offsets that move them out of range in UTC: one line, exit 2, nothing
+    changed (they printed a traceback, or created runs in year 1)."""
+    hourly(conn)
+    apply_text(
+        conn, '[[schedule]]\nname = "c"\ncron = "0 * * * *"\ntimezone = "Europe/Berlin"\njob = "noop"\n'
+    )
+    err = refused(capsys, db_url, conn, *args)
+    assert message in err and "Traceback" not in err, err
+
+
+def test_the_client_refuses_slots_out_of_range_in_utc(db_url: str, conn: psycopg.Connection[Any]) -> None:
+    import fleet
+
+    hourly(conn)
+    far = (
+        datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))),
+        datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-2))),
+    )
+    with fleet.Client(db_url) as c:
+        for slot in far:
+            for method in (c.show, c.retry, c.discard):
+                with pytest.raises(fleet.RequestError, match="^slot: out of range in UTC"):
+                    method("s", slot)
 
 
 # -- backfill --------------------------------------------------------------------------------------

@@ -92,8 +92,11 @@ def page(browser: Browser) -> Iterator[tuple[Page, Dialogs]]:
 
 
 def start_dashboard(procs: list[Proc], db_url: str, tmp: Path, *flags: str, **env: str) -> tuple[Proc, str]:
-    """`fleetctl dashboard` on a free loopback port (unless `flags` say otherwise); its address."""
+    """`fleetctl dashboard` on a free loopback port (unless `flags` say otherwise), acting without
+    credentials there (unless `flags` or `env` say otherwise); its address."""
     listen = [] if "--listen" in flags else ["--listen", "127.0.0.1:0"]
+    if "--listen" not in flags and "--read-only" not in flags and not env:
+        listen.append("--local-actions")
     p = Proc(
         fleetctl_cmd("dashboard", *listen, "--refresh", "0.5", *flags),
         env_for(db_url, **env),
@@ -295,11 +298,11 @@ def test_a_killed_workers_lost_lease_and_the_reclaim_show_on_the_timeline(
             ("lease_expired", holder),
             ("done", other),
         ]
-        # each attempt links to its trace, on the default Jaeger
-        assert rows.nth(1).locator("a.trace").get_attribute("href") == (
-            "http://localhost:16686/trace/"
-            + scalar(conn, "SELECT trace_id FROM fleet.job_runs WHERE schedule_name = 'ingest-orders'")
-        )
+        # these workers export no spans: their attempts have trace ids but no trace to link to
+        # (tests/integration/test_dashboard_server.py links the traced ones)
+        assert scalar(conn, "SELECT bool_or(traced) FROM fleet.job_attempts") is False
+        assert rows.locator("a.trace").count() == 0
+        assert rows.locator(".no-trace").all_inner_texts() == ["not traced", "not traced"]
         shot(p, "slot")
     assert dialogs.seen == [] and dialogs.console_errors == []
 
@@ -430,6 +433,14 @@ def test_read_only_and_posts_without_token_or_credentials_are_refused_and_change
         shot(p, "read-only")
         for action, form in (("retry", slot_form), ("discard", slot_form), ("trigger", {}), ("pause", {})):
             assert post(f"{ro}schedules/nightly-report/{action}", {**form, "csrf": "x"}, origin) == 403
+
+        # on loopback without credentials nor --local-actions: read-only too, since every local user
+        # could fetch a page's token and act
+        _, local = start_dashboard(procs, db_url, tmp_path, "--listen", "127.0.0.1:0")
+        code, html = get(local + "schedules/nightly-report")
+        assert code == 200 and 'class="readonly"' in html and "<button" not in html
+        assert 'name="csrf"' not in html
+        assert post(local + "schedules/nightly-report/retry", slot_form, local.rstrip("/")) == 403
 
         # beyond loopback without credentials: read-only as well
         _, wide = start_dashboard(procs, db_url, tmp_path, "--listen", "0.0.0.0:0")

@@ -18,21 +18,35 @@ T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 
 
 def settings(
-    listen: str | None = None, read_only: bool = False, trace_url: str | None = None, **env: str
+    listen: str | None = None,
+    read_only: bool = False,
+    trace_url: str | None = None,
+    local_actions: bool = False,
+    **env: str,
 ) -> Any:
     return settings_from(
-        listen=listen, read_only=read_only, trace_url=trace_url, refresh_s=3, threads=8, env=env
+        listen=listen,
+        read_only=read_only,
+        trace_url=trace_url,
+        refresh_s=3,
+        threads=8,
+        env=env,
+        local_actions=local_actions,
     )
 
 
-def test_actions_need_loopback_or_credentials() -> None:
-    assert not settings().read_only and settings().loopback
-    assert not settings("[::1]:8080").read_only
+def test_actions_need_credentials_or_local_actions_on_loopback() -> None:
+    # every local user reaches a loopback port: without credentials, no actions unless asked for
+    local = settings()
+    assert local.loopback and local.read_only and "--local-actions" in (local.read_only_reason or "")
+    assert not settings(local_actions=True).read_only
+    assert not settings("[::1]:8080", local_actions=True).read_only
+    assert not settings(FLEET_DASHBOARD_TOKEN="a-long-enough-token").read_only
     wide = settings("0.0.0.0:8787")
     assert wide.read_only and "beyond loopback" in (wide.read_only_reason or "")
     assert not settings("0.0.0.0:8787", FLEET_DASHBOARD_TOKEN="a-long-enough-token").read_only
     assert not settings("10.0.0.5:80", FLEET_DASHBOARD_BASIC_AUTH="ops:pw").read_only
-    assert settings(read_only=True).read_only
+    assert settings(read_only=True, local_actions=True).read_only
 
 
 @pytest.mark.parametrize(
@@ -45,6 +59,7 @@ def test_actions_need_loopback_or_credentials() -> None:
         ({"trace_url": "ftp://x/{trace_id}"}, "--trace-url: expected an http(s) URL"),
         ({"trace_url": "http://x/trace"}, "--trace-url: expected an http(s) URL holding {trace_id}"),
         ({"trace_url": "http://x/{trace_id}/{other}"}, "--trace-url: only {trace_id} and {span_id}"),
+        ({"listen": "0.0.0.0:8787", "local_actions": True}, "--local-actions: only on a loopback address"),
     ],
 )
 def test_bad_settings_name_their_flag(kwargs: dict[str, Any], message: str) -> None:

@@ -118,6 +118,28 @@ def test_text_format_for_people() -> None:
     assert "trace_id" not in text  # None values are left out
 
 
+def test_text_lines_escape_what_values_hold() -> None:
+    """A value in a text line cannot break the line, send a control sequence to the terminal, or
+    forge a field: newlines and escapes are written as escapes, quotes and backslashes escaped."""
+    stream = io.BytesIO()
+    logs.configure("text", stream=stream, process="worker")
+    hostile = 'boom\nfake line event=x\r\x1b[2J\x1b]0;title\x07 \u202eevil "q" back\\slash'
+    try:
+        logs.attempt_event("retried", attempt(), "failed", 3.0, hostile)
+        logs.event("worker_error", schedule="a=b", note="", other="plain")
+    finally:
+        logs.configure()
+    text = stream.getvalue().decode()
+    first, second = text.splitlines()
+    assert text.count("\n") == 2 and "\r" not in text and "\x1b" not in text and "\x07" not in text
+    assert "\u202e" not in text
+    assert (
+        'error="boom\\nfake line event=x\\r\\x1b[2J\\x1b]0;title\\x07 \\u202eevil \\"q\\" back\\\\slash"'
+        in first
+    )
+    assert second.endswith('schedule="a=b" note="" other=plain')
+
+
 def test_library_warnings_become_lines_and_their_info_does_not(out: io.BytesIO) -> None:
     import logging
 

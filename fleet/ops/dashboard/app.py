@@ -3,8 +3,6 @@ read-only mode, origin and CSRF token), routing, and rendering through autoescap
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hmac
 import secrets
 import threading
@@ -23,9 +21,9 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from fleet import logs
 from fleet.errors import DatabaseUnavailable, RequestError, UnknownRun, UnknownSchedule, UsageError
-from fleet.inspect import health_report
+from fleet.inspect import health_report, run_get
 from fleet.ops.inspect import human
-from fleet.ops.targets import iso, parse_instant
+from fleet.ops.targets import iso, parse_instant, schedule_row
 from fleet.queries import q
 
 from . import pages
@@ -119,7 +117,7 @@ class Dashboard:
             undefined=jinja2.StrictUndefined,
         )
         self.env.filters.update(
-            human=human, when=_when, clock=_clock, json=lambda v: orjson.dumps(v).decode()
+            human=human, when=_when, clock=_clock, json=lambda v: orjson.dumps(v).decode(), clip=pages.clip
         )
         self.env.globals.update(
             schedule_url=schedule_url,
@@ -128,6 +126,7 @@ class Dashboard:
             settings=settings,
             verdicts=pages.VERDICTS,
             verdict_meanings=pages.VERDICT_MEANINGS,
+            shown=pages.SHOWN,
         )
 
     # -- entry ---------------------------------------------------------------------------------
@@ -160,28 +159,12 @@ class Dashboard:
         host = (req.headers.get("Host") or "").strip()
         if self.settings.loopback and not is_loopback(urllib.parse.urlsplit(f"//{host}").hostname or ""):
             return self._error(400, "Host: this dashboard answers on its loopback address only")
-        if not self._authorized(req):
+        if not self.settings.credentials.allows(req.headers.get("Authorization")):
             r = self._error(401, "credentials required")
             if self.settings.credentials.basic:
                 r.headers["WWW-Authenticate"] = 'Basic realm="fleet dashboard", charset="UTF-8"'
             return r
         return None
-
-    def _authorized(self, req: Request) -> bool:
-        cred = self.settings.credentials
-        if not cred.any:
-            return True
-        scheme, _, value = (req.headers.get("Authorization") or "").partition(" ")
-        value = value.strip()
-        if cred.token is not None and scheme.lower() == "bearer":
-            return hmac.compare_digest(value.encode(), cred.token.encode())
-        if cred.basic is not None and scheme.lower() == "basic":
-            try:
-                given = base64.b64decode(value, validate=True)
-            except (binascii.Error, ValueError):
-                return False
-            return hmac.compare_digest(given, f"{cred.basic[0]}:{cred.basic[1]}".encode())
-        return False
 
     # -- pages ---------------------------------------------------------------------------------
 
@@ -208,6 +191,11 @@ class Dashboard:
             data = self._read(lambda c: pages.schedule_page(c, parts[1], before, limit))
             flash = self._flash_take(req.query.get("flash"))
             return self._page("schedule", fragment, data, flash=flash, before=req.query.get("before"))
+        if parts[0] == "schedules" and len(parts) == 3 and parts[2] == "args.json":
+            return _json(self._read(lambda c: {"args": schedule_row(c, parts[1])["args"]})["args"])
+        if parts[0] == "schedules" and len(parts) == 5 and parts[2] == "slots" and parts[4] == "args.json":
+            slot = parse_instant(parts[3], "slot")
+            return _json(self._read(lambda c: {"args": run_get(c, parts[1], slot)["args"]})["args"])
         if parts[0] == "schedules" and len(parts) == 4 and parts[2] == "slots":
             slot = parse_instant(parts[3], "slot")
             s = self.settings
@@ -277,6 +265,11 @@ class Dashboard:
             return None
         with self._flash_lock:
             return self._flashes.get(key)
+
+
+def _json(value: Any) -> Response:
+    """A value in full, as JSON (a page shows only the start of a large one)."""
+    return Response(200, orjson.dumps(value, option=orjson.OPT_INDENT_2), "application/json")
 
 
 def _int(text: str | None, field: str, default: int) -> int:

@@ -61,6 +61,8 @@ class RunningDashboard:
         """The address, and what an operator may do there."""
         if self.settings.read_only:
             return f"{self.address} (read-only: {self.settings.read_only_reason})"
+        if not self.settings.credentials.any:
+            return f"{self.address} (no credentials: every local user may act)"
         return self.address
 
     def stop(self) -> None:
@@ -75,6 +77,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     settings = settings_from(
         listen=args.listen,
         read_only=args.read_only,
+        local_actions=args.local_actions,
         trace_url=args.trace_url,
         refresh_s=args.refresh,
         threads=args.threads,
@@ -105,9 +108,10 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         description=(
             "Serves server-rendered pages that update themselves: the overview of every schedule's verdict, "
             "a schedule's timeline (one lane per worker) with Retry, Discard, Trigger, Pause and Resume, one "
-            "slot's attempts with their traces, and the live processes. Actions are refused (read-only) when "
-            f"it listens beyond loopback without credentials: {ENV_TOKEN} (a bearer token) or {ENV_BASIC} "
-            "(USER:PASSWORD for HTTP basic auth); with credentials, every request needs them."
+            "slot's attempts with their traces, and the live processes. Actions need credentials: "
+            f"{ENV_TOKEN} (a bearer token) or {ENV_BASIC} (USER:PASSWORD for HTTP basic auth), and "
+            "then every request needs them; without, the dashboard is read-only, unless --local-actions "
+            "lets a loopback dashboard act for every user of this machine."
         ),
     )
     p.add_argument(
@@ -116,6 +120,12 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         help=f"where to listen [env {ENV_LISTEN}] ({DEFAULT_LISTEN}; port 0: any free port)",
     )
     p.add_argument("--read-only", action="store_true", help="offer no actions, refuse every POST")
+    p.add_argument(
+        "--local-actions",
+        action="store_true",
+        help="on a loopback address without credentials, offer actions all the same: to every user of "
+        "this machine",
+    )
     p.add_argument(
         "--trace-url",
         metavar="TEMPLATE",

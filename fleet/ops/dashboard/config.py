@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from fleet.errors import UsageError
+from fleet.ops.httpd import Credentials, credentials_from
 from fleet.ops.jaeger import DEFAULT_JAEGER_URL
 
 DEFAULT_LISTEN: Final = "127.0.0.1:8787"
@@ -25,18 +26,6 @@ ENV_BASIC: Final = "FLEET_DASHBOARD_BASIC_AUTH"
 ENV_TRACE_URL: Final = "FLEET_DASHBOARD_TRACE_URL"
 ENV_LISTEN: Final = "FLEET_DASHBOARD_LISTEN"
 ENV_JAEGER: Final = "FLEET_JAEGER_URL"
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """What a request must carry when credentials are configured (either one will do)."""
-
-    token: str | None = None  # `Authorization: Bearer TOKEN`
-    basic: tuple[str, str] | None = None  # `Authorization: Basic` user and password
-
-    @property
-    def any(self) -> bool:
-        return self.token is not None or self.basic is not None
 
 
 @dataclass(frozen=True)
@@ -80,20 +69,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def parse_credentials(env: Mapping[str, str]) -> Credentials:
-    token = env.get(ENV_TOKEN) or None
-    basic_text = env.get(ENV_BASIC) or None
-    basic: tuple[str, str] | None = None
-    if token is not None and len(token) < 16:
-        raise UsageError(f"{ENV_TOKEN}: at least 16 characters")
-    if basic_text is not None:
-        user, sep, password = basic_text.partition(":")
-        if not sep or not user or not password:
-            raise UsageError(f"{ENV_BASIC}: expected USER:PASSWORD")
-        basic = (user, password)
-    return Credentials(token=token, basic=basic)
-
-
 def parse_trace_url(template: str | None, jaeger: str | None) -> str:
     """The trace link template: given, or Jaeger's trace page under `jaeger` (or its default)."""
     if template is None:
@@ -123,20 +98,34 @@ def settings_from(
     refresh_s: float,
     threads: int,
     env: Mapping[str, str],
+    local_actions: bool = False,
 ) -> DashboardSettings:
-    """Validated settings; UsageError (exit 2) names the flag or variable that is wrong."""
+    """Validated settings; UsageError (exit 2) names the flag or variable that is wrong.
+
+    Actions need credentials, on loopback too: every local user reaches a loopback port, and each
+    page carries the token a POST needs. `local_actions` lets a loopback dashboard without
+    credentials act all the same, for a machine of one's own."""
     host, port = parse_listen(listen or env.get(ENV_LISTEN) or DEFAULT_LISTEN)
-    credentials = parse_credentials(env)
+    credentials = credentials_from(env, ENV_TOKEN, ENV_BASIC)
     if not 0.5 <= refresh_s <= 300:
         raise UsageError(f"--refresh: between 0.5 and 300 seconds, got {refresh_s:g}")
     if not 1 <= threads <= 64:
         raise UsageError(f"--threads: between 1 and 64, got {threads}")
+    if local_actions and not is_loopback(host):
+        raise UsageError(
+            f"--local-actions: only on a loopback address; beyond it set {ENV_TOKEN} or {ENV_BASIC}"
+        )
     reason: str | None = None
     if read_only:
         reason = "started with --read-only"
     elif not is_loopback(host) and not credentials.any:
         # Beyond loopback, anyone who reaches the port could act: not without credentials.
         reason = f"listening beyond loopback without credentials ({ENV_TOKEN} or {ENV_BASIC})"
+    elif not credentials.any and not local_actions:
+        reason = (
+            f"no credentials ({ENV_TOKEN} or {ENV_BASIC}), and on loopback every local user could act "
+            "(--local-actions allows it)"
+        )
     return DashboardSettings(
         host=host,
         port=port,

@@ -37,6 +37,18 @@ MAX_ATTEMPTS: Final = 2000  # attempts drawn on one timeline page
 DEAD_SHOWN: Final = 50
 MAX_PROCESS_RUNS: Final = 1000
 MAX_ARGS_BYTES: Final = 8192
+# What a page shows of a value that can be large (args hold up to 64 KiB, an error 4,000
+# characters): the rest is cut, with a marker saying how much. The full args are one link away
+# (`.../args.json`), the full error in `fleetctl show`. With these, no page grows with the size of
+# what the database holds, only with the bounded number of rows it shows.
+SHOWN: Final = {
+    "args_in_table": 200,  # a run's args in a schedule's table of slots
+    "args": 2000,  # a schedule's args, a slot's args
+    "error_in_table": 500,  # a run's error in a table
+    "error_in_tooltip": 120,  # an attempt's error over its bar on the timeline
+    "error": 4000,  # an attempt's error on its slot's page
+}
+SLOT_ATTEMPTS_SHOWN: Final = 100  # the newest attempts on a slot's page
 VERDICTS: Final = health.SEVERITY
 # What the overview shows of each verdict, in its legend.
 VERDICT_MEANINGS: Final[dict[str, str]] = {
@@ -147,6 +159,15 @@ class SharedHealth(Generic[T]):
                 self._closed.wait(self.max_age_s)
 
 
+def clip(text: str | None, limit: int) -> str:
+    """`text` cut to `limit` characters, with a marker counting what was left out."""
+    if not text:
+        return ""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit:,} more characters]"
+
+
 @dataclass
 class OverviewRow:
     health: ScheduleHealth
@@ -228,16 +249,23 @@ def schedule_page(
 def slot_page(
     conn: psycopg.Connection[Any], name: str, slot: datetime, trace_url: str, jaeger: str
 ) -> dict[str, Any]:
-    """One slot's whole story: every attempt in order, with the wait before it and its trace."""
-    h = {**run_history(conn, name, slot).to_json(), "jaeger_url": jaeger_search_url(jaeger, name, slot)}
+    """One slot's story: its attempts in order (the newest SLOT_ATTEMPTS_SHOWN), each with the wait
+    before it and, when its worker exported it, its trace."""
+    h = run_history(conn, name, slot).to_json()
+    # Every claim makes trace ids, but only a worker with tracing on exports a span under them:
+    # a link to a trace nobody sent would only find nothing.
+    traced = any(a["traced"] for a in h["attempt_history"])
+    h["jaeger_url"] = jaeger_search_url(jaeger, name, slot) if traced else None
     previous_end: datetime | None = None
     for a in h["attempt_history"]:
         started = parse_instant(a["started_at"], "started_at") if a["started_at"] else None
         ended = parse_instant(a["finished_at"], "finished_at") if a["finished_at"] else None
         a["waited_s"] = (started - previous_end).total_seconds() if started and previous_end else None
         a["duration_s"] = (ended - started).total_seconds() if started and ended else None
-        a["trace_link"] = trace_link(trace_url, a["trace_id"], a["span_id"])
+        a["trace_link"] = trace_link(trace_url, a["trace_id"], a["span_id"]) if a["traced"] else None
         previous_end = ended
+    h["attempts_not_shown"] = max(0, len(h["attempt_history"]) - SLOT_ATTEMPTS_SHOWN)
+    h["attempt_history"] = h["attempt_history"][-SLOT_ATTEMPTS_SHOWN:]
     h["args_json"] = orjson.dumps(h["args"]).decode()
     return h
 

@@ -1,28 +1,27 @@
-"""The dashboard's HTTP server: the standard library's, with a bounded number of request threads,
-socket timeouts, small request bodies, and one connection per request (no keep-alive to hold a
-thread)."""
+"""The dashboard's HTTP server: a bounded server (fleet.ops.httpd) that reads each request whole,
+under its deadline, before it takes one of the few threads that answer (and hold a database
+connection); one connection per request (no keep-alive to hold a thread)."""
 
 from __future__ import annotations
 
-import contextlib
 import email.message
-import socket
 import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Final
+
+from fleet.ops.httpd import DEADLINE_S, MAX_CONNECTIONS, BoundedHTTPServer
 
 from .app import SECURITY_HEADERS, Dashboard, Request, Response
 
 MAX_BODY: Final = 16 * 1024
-SOCKET_TIMEOUT_S: Final = 10.0
-# A request that finds every thread busy waits this long for one, then is answered 503.
+# A request read whole that finds every answering thread busy waits this long for one, then is
+# answered 503.
 WAIT_FOR_THREAD_S: Final = 2.0
 
 
 class Handler(BaseHTTPRequestHandler):
     server: DashboardServer
-    timeout = SOCKET_TIMEOUT_S
     server_version = "fleet-dashboard"
     sys_version = ""
 
@@ -42,6 +41,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(Response(413, b"request body too large\n", "text/plain; charset=utf-8"))
             return
         body = self.rfile.read(length)
+        if len(body) != length:
+            return  # the client stopped sending, or was cut at its deadline: nothing to answer
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         form: dict[str, str] = {}
         if ctype == "application/x-www-form-urlencoded":
@@ -54,6 +55,8 @@ class Handler(BaseHTTPRequestHandler):
         self._serve("POST", form)
 
     def _serve(self, method: str, form: dict[str, str], head: bool = False) -> None:
+        if self.server.deadlines.was_cut(self.connection):
+            return  # its headers may be incomplete: answer nothing
         url = urllib.parse.urlsplit(self.path)
         try:
             query = dict(urllib.parse.parse_qsl(url.query, max_num_fields=20))
@@ -62,9 +65,21 @@ class Handler(BaseHTTPRequestHandler):
             return
         headers: email.message.Message = self.headers
         req = Request(method, url.path or "/", query, headers, form)  # type: ignore[arg-type]
-        self._send(self.server.app.handle(req), head)
+        # The request is read whole: only now does it take an answering thread, for the time it
+        # takes to compute the response, not the time the client takes to send or read.
+        if not self.server.answering.acquire(timeout=WAIT_FOR_THREAD_S):
+            busy = Response(503, b"busy: try again\n", "text/plain; charset=utf-8", {"Retry-After": "1"})
+            self._send(busy, head)
+            return
+        try:
+            response = self.server.app.handle(req)
+        finally:
+            self.server.answering.release()
+        self._send(response, head)
 
     def _send(self, r: Response, head: bool = False) -> None:
+        if not self.server.respond(self.connection):
+            return
         self.send_response(r.status)
         for k, v in {**SECURITY_HEADERS, "Content-Type": r.content_type, **r.headers}.items():
             self.send_header(k, v)
@@ -78,34 +93,19 @@ class Handler(BaseHTTPRequestHandler):
         """Requests are not logged line by line (the dashboard polls); errors still are."""
 
 
-class DashboardServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    request_queue_size = 64
+class DashboardServer(BoundedHTTPServer):
+    """At most `threads` requests answered at once, among up to `max_connections` connections
+    that may be sending their request or reading their response."""
 
-    def __init__(self, address: tuple[str, int], app: Dashboard, threads: int) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        app: Dashboard,
+        threads: int,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        deadline_s: float = DEADLINE_S,
+    ) -> None:
         self.app = app
-        self._slots = threading.BoundedSemaphore(threads)
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, Handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(timeout=WAIT_FOR_THREAD_S):
-            with contextlib.suppress(OSError):
-                request.sendall(
-                    b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n\r\n"
-                )
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+        self.answering = threading.BoundedSemaphore(threads)
+        super().__init__(address, Handler, max_connections=max_connections, deadline_s=deadline_s)
