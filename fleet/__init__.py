@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from fleet.client import Client
     from fleet.declare import Cron, Every, Retry, Schedule
     from fleet.jobs import JobContext, job
+    from fleet.ledger import ScheduleLedger, SlotRange, Verification
     from fleet.results import Attempt, Run, RunHistory, RunStatus, ScheduleHealth, Triggered
 
 # The rest is imported on first use: an application's job module imports `fleet` for `@fleet.job`
@@ -29,6 +30,7 @@ _LAZY = {
     "Client": "fleet.client",
     **dict.fromkeys(("Cron", "Every", "Retry", "Schedule"), "fleet.declare"),
     **dict.fromkeys(("JobContext", "job"), "fleet.jobs"),
+    **dict.fromkeys(("ScheduleLedger", "SlotRange", "Verification"), "fleet.ledger"),
     **dict.fromkeys(
         ("Attempt", "Run", "RunHistory", "RunStatus", "ScheduleHealth", "Triggered"), "fleet.results"
     ),
@@ -63,9 +65,12 @@ __all__ = [
     "RunStatus",
     "Schedule",
     "ScheduleHealth",
+    "ScheduleLedger",
     "SchemaMissing",
+    "SlotRange",
     "Triggered",
     "UnknownRun",
     "UnknownSchedule",
+    "Verification",
     "job",
 ]
