@@ -29,6 +29,7 @@ from fleet.schedule import (
     first_slot_at_or_after,
     latest_slot_at_or_before,
     nominal_interval,
+    saturating_add,
     slots_and_next,
     timing_of,
 )
@@ -98,7 +99,7 @@ def window(
     argument when it is empty or longer than `max_window`."""
     name = {"since": "since", "until": "until", "max_window": "max_window", **labels}.get
     end = now if until is None or until > now else until
-    start = end - DEFAULT_WINDOW if since is None else since
+    start = saturating_add(end, -DEFAULT_WINDOW) if since is None else since
     if since is not None and until is not None and since > until:
         raise RequestError(f"{name('since')}: {_iso(since)} is after {name('until')} {_iso(until)}")
     if start > now:

@@ -135,8 +135,9 @@ def schedule_lines(ledger: ScheduleLedger) -> list[str]:
         extra.append(f"{ledger.by_operator} slot(s) run by an operator (backfill or trigger)")
     if ledger.created_twice:
         extra.append(f"{ledger.created_twice} slot(s) created twice")
-    since = "" if ledger.start == ledger.end else f" from {iso(ledger.start)}"
-    text = f"{head}: {ledger.slots} slot(s){since}: {', '.join(parts) or 'none'}"
+    if ledger.start > ledger.end:
+        return [f"{head}: no slot: it starts at {iso(ledger.start)}, after the window  ok"]
+    text = f"{head}: {ledger.slots} slot(s) from {iso(ledger.start)}: {', '.join(parts) or 'none'}"
     if extra:
         text += "; " + ", ".join(extra)
     lines = [f"{text}  {'ok' if ledger.ok else 'FAIL'}"]
