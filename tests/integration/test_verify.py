@@ -5,6 +5,7 @@ changes, and a year of a one-minute schedule."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -96,6 +97,15 @@ def runs(
     )
 
 
+def minute_of(base: datetime) -> Callable[[int], str]:
+    """The slot `m` minutes after `base`, as fleetctl prints it."""
+
+    def at(m: int) -> str:
+        return iso(base + m * MINUTE)
+
+    return at
+
+
 @pytest.fixture
 def base(conn: psycopg.Connection[Any]) -> datetime:
     """The first slot of the window: a whole minute three hours ago (the window is its 60 minutes)."""
@@ -177,7 +187,7 @@ def test_every_outcome_of_a_slot_is_told_and_the_window_proved(
     assert s["skipped"] == {"catchup": 1, "max_lateness": 1, "overlap": 1, "discarded": 1, "other": 0}
     assert s["missed"] == {**ZERO_MISSED, "paused": 10, "catchup": 3}
     assert (s["not_a_slot"], s["by_operator"], s["created_twice"]) == (1, 1, 0)
-    at = lambda m: iso(base + m * MINUTE)  # noqa: E731
+    at = minute_of(base)
     between = iso(base + 10 * MINUTE + timedelta(seconds=30))
     assert [(e["outcome"], e["from"], e["to"], e["slots"], e["reason"]) for e in s["entries"]] == [
         ("retried", at(1), at(1), 1, "done after 3 attempts"),
@@ -224,7 +234,7 @@ def test_a_missing_slot_without_a_record_fails_and_is_listed(
     )
     runs(conn, "overcount", base, [m for m in range(60) if m not in (30, 31, 32)])
     window = ("--since", iso(base), "--until", iso(base + 59 * MINUTE))
-    at = lambda m: iso(base + m * MINUTE)  # noqa: E731
+    at = minute_of(base)
 
     code, out, err = fleetctl(capsys, db_url, "verify", *window)
     assert code == 1 and err == ""
