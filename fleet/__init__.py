@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         UnknownSchedule,
     )
     from fleet.jobs import JobContext, job
+    from fleet.ledger import ScheduleLedger, SlotRange, Verification
     from fleet.results import Attempt, Run, RunHistory, RunStatus, ScheduleHealth, Triggered
 
 # The rest is imported on first use: an application's job module imports `fleet` for `@fleet.job`
@@ -49,6 +50,7 @@ _LAZY = {
     ),
     **dict.fromkeys(("Cron", "Every", "Retry", "Schedule"), "fleet.declare"),
     **dict.fromkeys(("JobContext", "job"), "fleet.jobs"),
+    **dict.fromkeys(("ScheduleLedger", "SlotRange", "Verification"), "fleet.ledger"),
     **dict.fromkeys(
         ("Attempt", "Run", "RunHistory", "RunStatus", "ScheduleHealth", "Triggered"), "fleet.results"
     ),
@@ -83,9 +85,12 @@ __all__ = [
     "RunStatus",
     "Schedule",
     "ScheduleHealth",
+    "ScheduleLedger",
     "SchemaMissing",
+    "SlotRange",
     "Triggered",
     "UnknownRun",
     "UnknownSchedule",
+    "Verification",
     "job",
 ]

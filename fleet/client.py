@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
@@ -20,11 +20,13 @@ import psycopg
 from fleet import inspect, repair
 from fleet.apply import ApplyResult, apply_specs
 from fleet.db import connect, permission_denied, redact, resolve_url
-from fleet.errors import DatabaseError, DatabaseUnavailable, FleetError, SchemaMissing
+from fleet.errors import DatabaseError, DatabaseUnavailable, FleetError, RequestError, SchemaMissing
 from fleet.inspect import DEFAULT_RUNS_LIMIT
+from fleet.ledger import Verification
 from fleet.migrate import current_version, latest_version
 from fleet.results import Run, RunHistory, RunStatus, ScheduleHealth, Triggered
 from fleet.schedfile import ScheduleSpec
+from fleet.verify import DEFAULT_LIMIT, DEFAULT_MAX_WINDOW, DEFAULT_RETENTION, MAX_LIMIT, verify
 
 DEFAULT_APPLICATION_NAME = "fleet-client"
 
@@ -184,3 +186,40 @@ class Client:
         UnknownRun when the schedule has no run at that slot."""
         with self._session() as conn:
             return inspect.run_history(conn, schedule, slot)
+
+    # -- the slot ledger ------------------------------------------------------------------------
+
+    def verify(
+        self,
+        schedules: Sequence[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        *,
+        retention: timedelta | None = DEFAULT_RETENTION,
+        max_window: timedelta = DEFAULT_MAX_WINDOW,
+        limit: int = DEFAULT_LIMIT,
+    ) -> Verification:
+        """What became of every slot of the named schedules (every enabled one when None or empty)
+        in [since, until], as `fleetctl verify` says it: by default the 24 hours before now, and
+        never past now. Each schedule's slots come from its timing alone and are reconciled with
+        its runs; `Verification.ok` is False when a slot is missing without a recorded reason.
+
+        `retention` is the tickers' default retention (a schedule's own wins; None: off): slots older
+        than it count as past retention, not missing. `limit` bounds the ranges listed per schedule
+        (every slot is counted). RequestError for an unknown schedule, a naive datetime, `since`
+        after `until` or in the future, or a window longer than `max_window`.
+        """
+        if isinstance(schedules, str):
+            schedules = [schedules]
+        since = None if since is None else inspect.aware(since, "since")
+        until = None if until is None else inspect.aware(until, "until")
+        if not 1 <= limit <= MAX_LIMIT:
+            raise RequestError(f"limit: must be from 1 to {MAX_LIMIT}, got {limit}")
+        if max_window <= timedelta(0):
+            raise RequestError(f"max_window: must be positive, got {max_window}")
+        if retention is not None and retention <= timedelta(0):
+            raise RequestError(f"retention: must be positive or None, got {retention}")
+        with self._session() as conn:
+            return verify(
+                conn, schedules, since, until, retention=retention, max_window=max_window, limit=limit
+            )

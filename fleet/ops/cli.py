@@ -109,6 +109,7 @@ def _one_line(e: BaseException) -> str:
 COMMAND_MODULES = (
     "fleet.ops.inspect",
     "fleet.ops.repair",
+    "fleet.ops.verify",
     "fleet.ops.metrics",
     "fleet.ops.supervise",
     "fleet.ops.dashboard.command",
@@ -120,6 +121,7 @@ COMMAND_MODULE = {
     **dict.fromkeys(
         ("trigger", "backfill", "pause", "resume", "retry", "discard", "prune"), "fleet.ops.repair"
     ),
+    "verify": "fleet.ops.verify",
     "metrics": "fleet.ops.metrics",
     **dict.fromkeys(("up", "down", "scale", "supervisor-config", "exec-env"), "fleet.ops.supervise"),
     "dashboard": "fleet.ops.dashboard.command",
@@ -230,7 +232,7 @@ NEEDS = {
     "migrate": "ownership of the schema (run migrate as its owner)",
     **{
         c: "fleet_reader"
-        for c in ("status", "runs", "show", "dead", "trace", "workers", "metrics", "dashboard")
+        for c in ("status", "runs", "show", "dead", "trace", "workers", "verify", "metrics", "dashboard")
     },
 }
 BAD_INPUT = (UsageError, ConfigError, SchemaOutdated, SchemaMissing, RequestError, PermissionDenied)

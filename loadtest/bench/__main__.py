@@ -15,6 +15,7 @@ Sections (--only), one line each:
     async      one worker running 1,000 async handlers that each sleep 1 s
     metrics    a scrape and its computation at 20,000 schedules
     health     status --json and the metrics at 100,000 schedules over 20 million runs
+    verify     the slot ledger of a year of a one-minute schedule (interval and cron)
     retention  claim latency while a retention pass deletes old finished runs, and its rate
     dashboard  each page at 10,000 schedules and 5 million runs, the load of a live overview
     peers      procrastinate and pgqueuer in drain and lag
@@ -59,6 +60,7 @@ MODULES = {
     "dashboard": "loadtest.bench.dashboard_cost",
     "retention": "loadtest.bench.retention",
     "health": "loadtest.bench.health_status",
+    "verify": "loadtest.bench.ledger",
 }
 
 

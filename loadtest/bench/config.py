@@ -24,6 +24,7 @@ SECTIONS = (
     "metrics",
     "retention",
     "health",
+    "verify",
     "dashboard",
     "peers",
 )

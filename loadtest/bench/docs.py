@@ -34,6 +34,7 @@ SECTIONS = {
     "dashboard": "Dashboard: each page's cost, and a live page's load on the database",
     "retention": "Built-in retention under a steady claim load",
     "health": "Health at 100,000 schedules over 20 million runs",
+    "verify": "Verify: the slot ledger of a year of a one-minute schedule",
     "ratio": "Ratios between figures of this run",
 }
 SOURCE = "loadtest/bench/results"

@@ -244,6 +244,13 @@ FLEETCTL = [
     ["pause", "fz", "--note"],
     ["status"],
     ["backfill", "fz", "--to", "2026-01-01T00:00:00Z", "--from"],
+    ["verify", "--schedule"],
+    ["verify", "--since"],
+    ["verify", "--until"],
+    ["verify", "--since", "2026-01-01T00:00:00Z", "--until"],
+    ["verify", "--limit"],
+    ["verify", "--max-window"],
+    ["verify", "--retention"],
 ]
 
 

@@ -1,0 +1,61 @@
+-- Statements of the slot ledger (fleet.verify): a window's schedules and their runs, read in one
+-- snapshot.
+
+-- name: ledger_begin
+-- The ledger's transaction: one snapshot for every schedule and run it reads, and nothing written.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
+
+-- name: ledger_session
+-- For the rest of the transaction: no JIT compilation (it costs more than a ledger's statements
+-- take), instants in UTC. The instant of the read.
+SELECT set_config('jit', 'off', true), set_config('TimeZone', 'UTC', true),
+       coalesce(%(now)s::timestamptz, now()) AS now
+
+-- name: schedule_ledger
+-- The schedules to verify (those named, else every enabled one), by name, with what explains a
+-- slot without a run: when the schedule was created, its pause, its broken mark, the ticker's next
+-- slot, its catch-up counter and its retention.
+SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing,
+       s.enabled, s.paused_at, s.pause_note, s.broken_at, s.broken_error, s.next_run_at,
+       s.missed_slots, s.catchup, s.grace, s.retention, s.created_at
+FROM fleet.schedules s
+WHERE (%(every)s AND s.enabled) OR s.name = ANY(%(names)s::text[])
+ORDER BY s.name
+
+-- name: run_ledger
+-- A schedule's runs in [from, until], in slot order, packed: one row per span of `step_us`
+-- microseconds from `from`, holding its runs as 16-byte records (the slot as timestamptz_send
+-- gives it, microseconds since 2000-01-01 UTC, then an int8 code: attempts * 256 + kind, plus 16
+-- for a run an operator made). Kinds: 1 done, 2 done after a lease ran out, 3 dead, 4 pending,
+-- 5 running, skipped by 6 the catch-up, 7 max_lateness, 8 overlap, 9 an operator's discard,
+-- 10 anything else. A row per run would cost the driver a step per run; a span's records are
+-- unpacked at once. Each span is a range of the primary key; the attempts are looked up only for
+-- a run done after more than one.
+SELECT (
+    SELECT string_agg(
+               timestamptz_send(r.scheduled_for)
+               || int8send(least(r.attempts, 16777215)::int8 * 256
+                           + CASE WHEN r.status = 'done' THEN
+                                      CASE WHEN r.attempts > 1 AND EXISTS (
+                                               SELECT 1 FROM fleet.job_attempts a
+                                               WHERE a.schedule_name = r.schedule_name
+                                                 AND a.scheduled_for = r.scheduled_for
+                                                 AND a.outcome = 'lease_expired')
+                                           THEN 2 ELSE 1 END
+                                  WHEN r.status = 'dead' THEN 3
+                                  WHEN r.status = 'pending' THEN 4
+                                  WHEN r.status = 'running' THEN 5
+                                  WHEN r.last_outcome = 'discarded' THEN 9
+                                  WHEN r.last_error LIKE 'catchup %%' THEN 6
+                                  WHEN r.last_error LIKE 'max_lateness:%%' THEN 7
+                                  WHEN r.last_error LIKE 'overlap:%%' THEN 8
+                                  ELSE 10 END
+                           + CASE WHEN r.origin = 'schedule' THEN 0 ELSE 16 END),
+               ''::bytea ORDER BY r.scheduled_for)
+    FROM fleet.job_runs r
+    WHERE r.schedule_name = %(name)s
+      AND r.scheduled_for >= b.lo AND r.scheduled_for < b.lo + %(step_us)s * interval '1 microsecond'
+      AND r.scheduled_for <= %(until)s
+) AS runs
+FROM generate_series(%(from)s::timestamptz, %(until)s::timestamptz, %(step_us)s * interval '1 microsecond')
+     AS b(lo)

@@ -1,0 +1,263 @@
+"""`fleetctl verify` and `fleet.Client.verify`: prove that every slot of a window ran once, or say
+which did not and why.
+
+For each schedule the slots of the window are enumerated from its timing alone (fleet.schedule:
+interval slots by arithmetic, cron slots by the walk), never from what the ticker recorded, and
+merged with the schedule's runs (fleet.ledger), read in one snapshot as a stream of packed chunks.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from fleet.errors import RequestError, UnknownSchedule
+from fleet.ledger import FAR, Facts, Ledger, ScheduleLedger, Verification, instant, micros
+from fleet.queries import q
+from fleet.schedfile import MAX_GRACE, default_grace
+from fleet.schedule import (
+    Timing,
+    TimingError,
+    describe,
+    first_slot_at_or_after,
+    latest_slot_at_or_before,
+    nominal_interval,
+    saturating_add,
+    slots_and_next,
+    timing_of,
+)
+
+DEFAULT_WINDOW: Final = timedelta(hours=24)
+# The longest window a verification takes unless told otherwise: a year and a day, so that a year
+# of a schedule can be proved at once (525,600 slots of a one-minute schedule), and a mistyped
+# --since does not walk a decade.
+DEFAULT_MAX_WINDOW: Final = timedelta(days=366)
+MAX_WINDOW_LIMIT: Final = timedelta(days=3660)
+# The fleet's default retention, the tickers' own (FLEET_RETENTION): slots older than a schedule's
+# retention may have lost their runs to it.
+DEFAULT_RETENTION: Final = timedelta(days=30)
+DEFAULT_LIMIT: Final = 100  # ranges listed per schedule
+MAX_LIMIT: Final = 100_000
+# Slots enumerated, and runs read, per chunk (a span of the window holding about as many slots).
+CHUNK: Final = 8192
+_MICROSECOND: Final = timedelta(microseconds=1)
+_BIG_ENDIAN: Final = sys.byteorder == "big"
+
+
+def verify(
+    conn: psycopg.Connection[Any],
+    names: Sequence[str] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    *,
+    now: datetime | None = None,
+    retention: timedelta | None = DEFAULT_RETENTION,
+    max_window: timedelta = DEFAULT_MAX_WINDOW,
+    limit: int = DEFAULT_LIMIT,
+    labels: dict[str, str] | None = None,
+) -> Verification:
+    """The ledger of the named schedules (every enabled one when none is named) over
+    [since, until]: by default the 24 hours before now, and never past now.
+
+    `retention` is the fleet's default retention (a schedule's own wins; None: runs are kept for
+    ever). RequestError, naming the argument (`labels` maps since, until and max_window to the
+    names the caller shows), for an unknown schedule, `since` after `until` or in the future, or a
+    window longer than `max_window`.
+    """
+    named = list(dict.fromkeys(names or ()))
+    with conn.transaction():
+        conn.execute(q("ledger_begin"))
+        row = conn.execute(q("ledger_session"), {"now": now}).fetchone()
+        assert row is not None
+        db_now: datetime = row["now"]
+        start, end = window(since, until, db_now, max_window, labels or {})
+        schedules = conn.execute(q("schedule_ledger"), {"every": not named, "names": named}).fetchall()
+        missing = sorted(set(named) - {s["name"] for s in schedules})
+        if missing:
+            raise UnknownSchedule(missing)
+        ledgers = tuple(
+            schedule_ledger(conn, s, start, end, db_now, retention=retention, limit=limit) for s in schedules
+        )
+    return Verification(since=start, until=end, now=db_now, schedules=ledgers)
+
+
+def window(
+    since: datetime | None,
+    until: datetime | None,
+    now: datetime,
+    max_window: timedelta,
+    labels: dict[str, str],
+) -> tuple[datetime, datetime]:
+    """The window [since, until] to verify, its end no later than `now`; RequestError naming the
+    argument when it is empty or longer than `max_window`."""
+    name = {"since": "since", "until": "until", "max_window": "max_window", **labels}.get
+    end = now if until is None or until > now else until
+    start = saturating_add(end, -DEFAULT_WINDOW) if since is None else since
+    if since is not None and until is not None and since > until:
+        raise RequestError(f"{name('since')}: {_iso(since)} is after {name('until')} {_iso(until)}")
+    if start > now:
+        raise RequestError(
+            f"{name('since')}: {_iso(start)} is in the future (the database's now is {_iso(now)})"
+        )
+    if end - start > max_window:
+        raise RequestError(
+            f"{name('since')}: the window from {_iso(start)} to {_iso(end)} is "
+            f"{span_text(end - start)}, longer than {name('max_window')} {span_text(max_window)}"
+        )
+    return start, end
+
+
+def schedule_ledger(
+    conn: psycopg.Connection[Any],
+    schedule: dict[str, Any],
+    since: datetime,
+    until: datetime,
+    now: datetime,
+    *,
+    retention: timedelta | None,
+    limit: int,
+) -> ScheduleLedger:
+    """One schedule's ledger over [since, until] (`schedule` is its schedule_ledger row)."""
+    timing = timing_of(schedule)
+    start = max(since, schedule["start_at"] or schedule["created_at"])
+    name = schedule["name"]
+    ledger = Ledger(facts(schedule, timing, now, retention), limit)
+    if start <= until:
+        runs = run_chunks(conn, name, timing, start, until)
+        try:
+            ledger.merge(slot_chunks(timing, start, until), runs)
+        except TimingError as e:
+            # no slot of it can be told: the schedule's ledger is its error
+            empty = Ledger(ledger.facts, limit).result(name, describe(timing), start, until)
+            return replace(empty, error=str(e))
+        finally:
+            runs.close()  # its cursor, when the merge stopped early
+    return ledger.result(name, describe(timing), start, until)
+
+
+def facts(schedule: dict[str, Any], timing: Timing, now: datetime, retention: timedelta | None) -> Facts:
+    """What explains a slot of `schedule` without a run, as of `now`."""
+    nxt: datetime | None = schedule["next_run_at"]
+    planned = micros(nxt) if nxt is not None else FAR
+    kept = schedule["retention"] or retention
+    paused_at, broken_at = schedule["paused_at"], schedule["broken_at"]
+    paused_text = f"paused since {_iso(paused_at)}" if paused_at else "paused"
+    if paused_at and schedule["pause_note"]:
+        paused_text += f" ({_first_line(schedule['pause_note'])})"
+    broken_text = f"broken since {_iso(broken_at)}" if broken_at else "broken"
+    if broken_at and schedule["broken_error"]:
+        broken_text += f": {_first_line(schedule['broken_error'])}"
+    return Facts(
+        now=micros(now),
+        created=micros(schedule["created_at"]),
+        paused=micros(paused_at) if paused_at else FAR,
+        # a broken schedule's next slot stays where the ticker could not plan it
+        broken=min(planned, micros(broken_at)) if broken_at else FAR,
+        disabled=planned if not schedule["enabled"] else FAR,
+        planned_until=planned,
+        cutoff=micros(now - kept) if kept else -FAR,
+        grace=_grace(schedule, timing, now) // _MICROSECOND,
+        missed_slots=schedule["missed_slots"],
+        catchup=schedule["catchup"],
+        paused_text=paused_text,
+        broken_text=broken_text,
+        created_text=f"before the schedule existed (created {_iso(schedule['created_at'])})",
+        planned_text=f"not created yet: the ticker's next slot to plan is {_iso(nxt)}" if nxt else "",
+        cutoff_text=f"older than the retention ({span_text(kept)}): its run may have been removed"
+        if kept
+        else "",
+    )
+
+
+def _grace(schedule: dict[str, Any], timing: Timing, now: datetime) -> timedelta:
+    if schedule["grace"] is not None:
+        grace: timedelta = schedule["grace"]
+        return grace
+    try:
+        return default_grace(nominal_interval(timing, now))
+    except TimingError:
+        return MAX_GRACE
+
+
+# -- the two streams -------------------------------------------------------------------------------
+
+
+def slot_chunks(timing: Timing, start: datetime, until: datetime) -> Iterator[array[int]]:
+    """The slots of `timing` in [start, until], ascending, in chunks of microseconds since
+    2000-01-01 UTC: an interval schedule's by arithmetic from its first slot, a cron schedule's by
+    walking it (fleet.schedule), a chunk at a time."""
+    if timing.every is not None:
+        first = first_slot_at_or_after(timing, start)
+        last = latest_slot_at_or_before(timing, until)
+        if first is None or last is None or first > last:
+            return
+        step = timing.every // _MICROSECOND
+        high = micros(last)
+        for low in range(micros(first), high + 1, step * CHUNK):
+            yield array("q", range(low, min(high + 1, low + step * CHUNK), step))
+        return
+    walk: datetime | None = start
+    while walk is not None:
+        slots, walk = slots_and_next(timing, walk, until, CHUNK)
+        if not slots:
+            return
+        yield array("q", [micros(s) for s in slots])
+        if walk is not None and walk > until:
+            return
+
+
+def run_chunks(
+    conn: psycopg.Connection[Any], name: str, timing: Timing, start: datetime, until: datetime
+) -> Generator[tuple[array[int], array[int]]]:
+    """The schedule's runs in [start, until] in slot order, in chunks: their slots (microseconds
+    since 2000-01-01 UTC) and their codes (fleet/sql/ledger.sql, run_ledger). One statement,
+    streamed through a server-side cursor a few spans at a time."""
+    try:
+        cadence = nominal_interval(timing, start)
+    except TimingError:
+        cadence = timedelta(minutes=1)
+    span = until - start
+    # spans of about CHUNK slots each: a few dozen rows for a year of a one-minute schedule
+    spans = max(1, min(span // max(cadence, timedelta(seconds=1)) // CHUNK, 100_000))
+    step_us = max(1, (span // _MICROSECOND) // spans + 1)
+    with conn.cursor(name="fleet_ledger", binary=True, row_factory=tuple_row) as cur:
+        cur.itersize = 16
+        cur.execute(q("run_ledger"), {"name": name, "from": start, "until": until, "step_us": step_us})
+        for (packed,) in cur:
+            if not packed:
+                continue
+            values = array("q", packed)
+            if not _BIG_ENDIAN:
+                values.byteswap()
+            yield values[0::2], values[1::2]
+
+
+# -- small helpers ---------------------------------------------------------------------------------
+
+
+def span_text(span: timedelta) -> str:
+    """A length of time in days, hours, minutes and whole seconds, e.g. ``366d``, ``1d2h30m``, ``45s``."""
+    seconds = round(span.total_seconds())
+    parts = [
+        (seconds // 86400, "d"),
+        (seconds // 3600 % 24, "h"),
+        (seconds // 60 % 60, "m"),
+        (seconds % 60, "s"),
+    ]
+    return "".join(f"{n}{unit}" for n, unit in parts if n) or "0s"
+
+
+def _iso(at: datetime) -> str:
+    return instant(micros(at)).isoformat().replace("+00:00", "Z")
+
+
+def _first_line(text: str, width: int = 200) -> str:
+    line = (text.strip().splitlines() or [""])[0]
+    return line if len(line) <= width else line[: width - 3] + "..."
