@@ -14,8 +14,8 @@ import orjson
 from fleet.errors import UsageError
 from fleet.ledger import MISS_REASONS, SKIP_POLICIES, ScheduleLedger, Verification
 from fleet.ops.connection import db
-from fleet.ops.printable import printable
 from fleet.ops.targets import iso, parse_age, parse_count, parse_instant
+from fleet.printable import printable
 from fleet.schedfile import MAX_RETENTION, MIN_RETENTION
 from fleet.verify import (
     DEFAULT_LIMIT,

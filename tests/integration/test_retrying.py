@@ -88,7 +88,8 @@ def test_a_run_waiting_to_retry_skips_later_slots_and_retrying_names_it(
 def dashboard_pages(db_url: str) -> tuple[str, str, str]:
     """The dashboard's overview, the page of schedule `s` and its style sheet, as served."""
     from fleet.ops.dashboard.app import Dashboard, Request
-    from fleet.ops.dashboard.config import Credentials, DashboardSettings
+    from fleet.ops.dashboard.config import DashboardSettings
+    from fleet.ops.httpd import Credentials
     from fleet.pool import make_pool
 
     settings = DashboardSettings(
