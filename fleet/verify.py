@@ -30,7 +30,7 @@ from fleet.schedule import (
     latest_slot_at_or_before,
     nominal_interval,
     saturating_add,
-    slots_and_next,
+    slot_offsets,
     timing_of,
 )
 
@@ -191,8 +191,8 @@ def _grace(schedule: dict[str, Any], timing: Timing, now: datetime) -> timedelta
 
 def slot_chunks(timing: Timing, start: datetime, until: datetime) -> Iterator[array[int]]:
     """The slots of `timing` in [start, until], ascending, in chunks of microseconds since
-    2000-01-01 UTC: an interval schedule's by arithmetic from its first slot, a cron schedule's by
-    walking it (fleet.schedule), a chunk at a time."""
+    2000-01-01 UTC: an interval schedule's by arithmetic from its first slot, a cron schedule's a day
+    at a time (fleet.schedule.slot_offsets), a chunk at a time."""
     if timing.every is not None:
         first = first_slot_at_or_after(timing, start)
         last = latest_slot_at_or_before(timing, until)
@@ -203,14 +203,15 @@ def slot_chunks(timing: Timing, start: datetime, until: datetime) -> Iterator[ar
         for low in range(micros(first), high + 1, step * CHUNK):
             yield array("q", range(low, min(high + 1, low + step * CHUNK), step))
         return
-    walk: datetime | None = start
-    while walk is not None:
-        slots, walk = slots_and_next(timing, walk, until, CHUNK)
-        if not slots:
-            return
-        yield array("q", [micros(s) for s in slots])
-        if walk is not None and walk > until:
-            return
+    chunk = array("q")
+    for base, offsets in slot_offsets(timing, start, until):
+        at = micros(base)
+        chunk.extend([at + offset for offset in offsets])
+        if len(chunk) >= CHUNK:
+            yield chunk
+            chunk = array("q")
+    if chunk:
+        yield chunk
 
 
 def run_chunks(
