@@ -304,7 +304,8 @@ SELECT extract(epoch FROM least(
 -- the primary key from slot `after` (a run finishes after its slot, so slots past the cutoff need
 -- no look). The schedule's newest successful and newest finished runs stay, for its health. The
 -- delete repeats the conditions: a run changed meanwhile (retried) is rechecked and stays. Its
--- attempts go with it (trigger job_runs_delete_attempts). `found` = `limit`: more may be left.
+-- attempts go with it, and its outcome stays in the slot ledger (trigger job_runs_deleted).
+-- `found` = `limit`: more may be left.
 WITH keep AS (
     SELECT (SELECT r.scheduled_for FROM fleet.job_runs r
             WHERE r.schedule_name = %(name)s AND r.status = 'done'
@@ -331,6 +332,23 @@ gone AS (
 )
 SELECT (SELECT count(*) FROM gone) AS runs, (SELECT count(*) FROM batch) AS found,
        (SELECT max(b.scheduled_for) FROM batch b) AS last_slot
+
+-- name: outcome_keep_none
+-- For the rest of the transaction, runs deleted leave no outcome in the slot ledger (trigger
+-- job_runs_deleted).
+SELECT set_config('fleet.keep_outcomes', 'off', true)
+
+-- name: outcome_expire
+-- The slot ledger's retention: up to `limit` batches of outcomes whose last slot is older than the
+-- cutoff (every batch when the cutoff is NULL: the ledger keeps none).
+WITH gone AS (
+    DELETE FROM fleet.slot_outcomes o
+    WHERE o.id IN (SELECT x.id FROM fleet.slot_outcomes x
+                   WHERE %(cutoff)s::timestamptz IS NULL OR x.last_slot < %(cutoff)s::timestamptz
+                   ORDER BY x.last_slot LIMIT %(limit)s)
+    RETURNING 1
+)
+SELECT count(*) AS removed FROM gone
 
 -- name: run_confirm_ahead
 -- Runs created ahead of their time that came due while a ticker runs are confirmed: their start_by
