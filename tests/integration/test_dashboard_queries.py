@@ -53,6 +53,9 @@ def test_dashboard_statements_use_indexes_and_limits(big: psycopg.Connection[Any
     )
     assert "job_attempts_pkey" in attempts and "Seq Scan" not in attempts, attempts
 
+    recent = plan(big, "attempt_recent", {"name": "s7", "limit": 500})
+    assert "job_attempts_pkey" in recent and "Limit" in recent and "Seq Scan" not in recent, recent
+
     held = plan(big, "process_runs", {"ids": ["w1", "w2"], "limit": 1000})
     assert "Seq Scan on job_runs" not in held and "Limit" in held, held
 

@@ -240,6 +240,16 @@ def test_dead_schedule_is_retried_from_its_page_and_the_page_follows(
         assert scalar(conn, "SELECT attempts FROM fleet.job_runs WHERE schedule_name = 'nightly-report'") == 2
         shot(p, "schedule-retried")
 
+        # the heartbeat's page: its coverage strip (the slot ledger) and its plots, drawn
+        p.goto(url + "schedules/heartbeat")
+        p.wait_for_selector('#coverage rect[data-outcome="once"]')
+        box = p.locator("#coverage").bounding_box()
+        assert box is not None and box["width"] > 300 and box["height"] > 10
+        assert p.locator("#coverage rect").count() == 120
+        assert p.locator("#lag-plot circle.point").count() >= 3
+        assert p.locator("#duration-plot circle.point").count() >= 3
+        shot(p, "schedule-coverage")
+
         p.goto(url + "workers")
         for wid in ("w1", "w2"):
             p.wait_for_selector(f'tr.process[data-id="{wid}"][data-kind="worker"]')

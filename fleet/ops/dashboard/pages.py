@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final, Generic, TypeVar
 
 import orjson
@@ -25,7 +25,10 @@ from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
 from fleet.repair import check_note, run_discard, run_retry, run_trigger, schedule_pause, schedule_resume
 from fleet.results import ScheduleHealth
+from fleet.schedule import TimingError, nominal_interval, timing_of
+from fleet.verify import verify
 
+from .charts import Coverage, coverage, plots
 from .config import trace_link
 from .timeline import Timeline, layout, run_status
 
@@ -49,6 +52,15 @@ SHOWN: Final = {
     "error": 4000,  # an attempt's error on its slot's page
 }
 SLOT_ATTEMPTS_SHOWN: Final = 100  # the newest attempts on a slot's page
+PLOTTED_ATTEMPTS: Final = 200  # the newest attempts in a schedule's plots of lag and duration
+# A schedule page's coverage strip verifies the last day, or fewer hours of a schedule that fires
+# more often than every 2 seconds (its slots, at most this many, are enumerated at each load). The
+# ledger as JSON takes a window of up to a month, as long as it holds no more than MAX_LEDGER_SLOTS.
+COVERAGE_WINDOW: Final = timedelta(days=1)
+COVERAGE_SLOTS: Final = 50_000
+MAX_LEDGER_WINDOW: Final = timedelta(days=31)
+MAX_LEDGER_SLOTS: Final = 2_000_000
+LEDGER_RANGES: Final = 500
 VERDICTS: Final = health.SEVERITY
 # What the overview shows of each verdict, in its legend.
 VERDICT_MEANINGS: Final[dict[str, str]] = {
@@ -212,9 +224,10 @@ def overview(
 
 
 def schedule_page(
-    conn: psycopg.Connection[Any], name: str, before: datetime | None, limit: int
+    conn: psycopg.Connection[Any], name: str, before: datetime | None, limit: int, *, full: bool = True
 ) -> dict[str, Any]:
-    """One schedule: its health, a page of its slots laid out as a timeline, its dead runs."""
+    """One schedule: its health, a page of its slots laid out as a timeline, its dead runs, plots of
+    its recent lag and durations, and (`full`: not for a live refresh) its coverage strip."""
     row = schedule_row(conn, name)
     (h,) = schedule_health(conn, [name])
     limit = min(max(1, limit), MAX_TIMELINE_SLOTS)
@@ -233,7 +246,12 @@ def schedule_page(
     ).fetchall()
     for r in runs:
         r["shown_status"] = run_status(r)
+    recent = conn.execute(q("attempt_recent"), {"name": name, "limit": PLOTTED_ATTEMPTS}).fetchall()
+    lag, took = plots(recent, row["db_now"])
     return {
+        "coverage": schedule_coverage(conn, row) if full else None,
+        "lag_plot": lag,
+        "duration_plot": took,
         "schedule": row,
         "health": h,
         "retrying": retrying_note(h),
@@ -244,6 +262,46 @@ def schedule_page(
         "limit": limit,
         "args_json": orjson.dumps(row["args"]).decode(),
     }
+
+
+def schedule_coverage(conn: psycopg.Connection[Any], row: dict[str, Any]) -> Coverage:
+    """The schedule's coverage strip: what became of its slots over its coverage window."""
+    until: datetime = row["db_now"]
+    since = until - coverage_window(row, until, COVERAGE_WINDOW, COVERAGE_SLOTS)
+    (ledger,) = verify(conn, [row["name"]], since, until, now=until, limit=LEDGER_RANGES).schedules
+    return coverage(ledger)
+
+
+def coverage_window(row: dict[str, Any], at: datetime, longest: timedelta, slots: int) -> timedelta:
+    """The longest window up to `longest` that holds about `slots` of the schedule's slots at most."""
+    try:
+        cadence = nominal_interval(timing_of(row), at)
+    except TimingError:
+        return longest
+    return min(longest, max(cadence, timedelta(seconds=1)) * slots)
+
+
+def ledger_json(
+    conn: psycopg.Connection[Any], name: str, since: datetime | None, until: datetime | None
+) -> dict[str, Any]:
+    """The schedule's slot ledger as `fleetctl verify --json` gives it, over [since, until] (by
+    default its coverage window); UsageError for a window longer than a month or holding more than
+    MAX_LEDGER_SLOTS slots (`fleetctl verify` takes those)."""
+    row = schedule_row(conn, name)
+    end = until or row["db_now"]
+    start = since or end - coverage_window(row, end, COVERAGE_WINDOW, COVERAGE_SLOTS)
+    if end - start > MAX_LEDGER_WINDOW:
+        raise UsageError(
+            f"since: a window of at most {MAX_LEDGER_WINDOW.days} days here; fleetctl verify takes longer"
+        )
+    if end - start > coverage_window(row, end, end - start, MAX_LEDGER_SLOTS):
+        raise UsageError(
+            f"since: more than {MAX_LEDGER_SLOTS:,} slots in the window here; fleetctl verify takes them"
+        )
+    result = verify(
+        conn, [name], start, end, max_window=MAX_LEDGER_WINDOW, limit=LEDGER_RANGES, labels={"since": "since"}
+    )
+    return result.to_json()
 
 
 def slot_page(
