@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from loadtest.bench import stamps
 from loadtest.bench.config import PEERS, Bench
 from loadtest.bench.peer_install import PeerUnavailable
-from loadtest.bench.peer_procs import HERD, HERD_LEAD_S, Herd, herd_trial
+from loadtest.bench.peer_procs import HERD, Herd, herd_trial
 from loadtest.bench.report import Report, median
 from loadtest.bench.trial import Contender
 
@@ -111,9 +111,9 @@ def lag(bench: Bench, report: Report) -> None:
             "by side in databases of their own; graphile-worker's crontab fires at most once a minute "
             "(its slot: the _cron.ts it hands the job), DBOS's schedule every second (its slot: the "
             "scheduled time it hands the workflow). Herd: with 2 worker processes ready, "
-            f"{HERD:,} jobs are added {HERD_LEAD_S:g} s ahead of one instant (graphile-worker: run_at; "
-            "DBOS: the enqueue's delay_seconds), and the figure is that instant to the last handler's "
-            "start (fleet: lag.fleet.burst.last_start)"
+            f"{HERD:,} jobs are added ahead of one instant (graphile-worker: run_at, one statement, "
+            "3 s ahead; DBOS: each enqueue's delay_seconds, 15 s ahead), and the figure is that instant "
+            "to the last handler's start (fleet: lag.fleet.burst.last_start)"
         )
 
 

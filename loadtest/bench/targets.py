@@ -99,6 +99,14 @@ def add_peer_ratios(report: Report) -> None:
                 "lag.fleet.burst.last_start",
             )
 
+    for key in ("pgqueuer", "procrastinate"):
+        report.ratio(
+            f"ratio.lag_{key}_vs_fleet",
+            f"lag p50: {key} (cron every second) / fleet (every second)",
+            f"lag.{key}.every_second.p50",
+            "lag.fleet.every_second.p50",
+        )
+
 
 def add_claimers_ratio(report: Report) -> None:
     """The most worker processes against the best count, on the path every count took: through
