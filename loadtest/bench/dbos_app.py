@@ -6,8 +6,8 @@ virtual environment it made for DBOS (standard library and `dbos` only, nothing 
     python dbos_app.py enqueue N [AT]      enqueue N no-op workflows in one transaction, or N
                                            `at` workflows delayed until AT (Unix seconds)
 
-Environment: DATABASE_URL; DBOS_QUEUE_POLL_S (the bench queue's polling interval, unset: DBOS's
-default); DBOS_SCHEDULE ("bench" or "internal": an every-second schedule enqueued on the bench
+Environment: DATABASE_URL; DBOS_QUEUE_POLL_S and DBOS_WORKER_CONCURRENCY (the bench queue's
+polling interval and per-process limit; unset: DBOS's defaults, every second and no limit); DBOS_SCHEDULE ("bench" or "internal": an every-second schedule enqueued on the bench
 queue or on DBOS's internal queue); BENCH_READY, BENCH_WINDOW, BENCH_STAMPS as for the other peers.
 """
 
@@ -61,6 +61,7 @@ def every_second(scheduled: datetime, _context: Any) -> None:
 
 
 def _stop(_signum: int, _frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not interrupt this one
     if path := os.environ.get("BENCH_WINDOW"):
         with _lock, open(path, "w") as out:
             out.write(f"{_window[0]} {_window[1]:.6f} {_window[2]:.6f}\n")
@@ -78,8 +79,13 @@ def run() -> None:
     signal.signal(signal.SIGTERM, _stop)
     launch()
     poll = os.environ.get("DBOS_QUEUE_POLL_S")
-    opts = {"polling_interval_sec": float(poll)} if poll else {}
-    DBOS.register_queue(QUEUE, on_conflict="always_update", **opts)
+    limit = os.environ.get("DBOS_WORKER_CONCURRENCY")
+    DBOS.register_queue(
+        QUEUE,
+        on_conflict="always_update",
+        polling_interval_sec=float(poll) if poll else 1.0,  # 1.0: DBOS's default
+        worker_concurrency=int(limit) if limit else None,
+    )
     if schedule := os.environ.get("DBOS_SCHEDULE"):
         DBOS.create_schedule(
             schedule_name=f"stamp-{schedule}",

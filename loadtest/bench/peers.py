@@ -57,7 +57,9 @@ def drain_contenders(bench: Bench, report: Report) -> list[Contender]:
             "enqueue_in_transaction) with the workers paused; runs/s = jobs / (first handler start .. "
             "last handler end), which each worker process keeps in memory and writes at SIGTERM: "
             "graphile-worker keeps no history to read it from. A contender too slow for the full "
-            "backlog drains 30,000 (its label says so)"
+            "backlog drains 30,000 (graphile-worker at its defaults) or 5,000 (DBOS: with no "
+            "worker_concurrency one process takes the whole backlog at once, a thread per workflow on "
+            "a pool of 20 connections, and 30,000 time out)"
         )
     return out
 
