@@ -37,6 +37,8 @@ _HANDBACK_WAIT_S = 5.0
 _GATHER_S = 0.002
 # The exit code of a worker that abandoned a handler: its supervisor restarts it.
 EXIT_ABANDONED = 3
+# The exit code of a worker whose stop was forced (a second Ctrl-C), as a program ended by SIGINT.
+EXIT_FORCED = 130
 
 
 # How long a mixed worker waits before asking again for the kind of job (sync or async) whose
@@ -134,6 +136,7 @@ class Worker:
         self.threads: list[threading.Thread] = []
         self.counts = {"done": 0, "failed": 0, "dead": 0, "fenced": 0}
         self._grace_end_mono: float | None = None
+        self.forced = False  # a second Ctrl-C: no grace period, no wait for cancelled handlers
         self._unavailable_log = logs.Throttle()  # db_unavailable: when it starts, then every 30 s
         self._error_log = logs.Throttle()  # db_error: the same, until a round succeeds
         self._erred = False
@@ -663,6 +666,15 @@ class Worker:
             if self._stopping_without_database():
                 return
 
+    def force(self) -> None:
+        """Stop now (a second Ctrl-C): the grace period is over, unfinished runs are handed back at
+        once and cancelled handlers are not waited for. Safe to call from any thread."""
+        self.forced = True
+        self.exit_code = EXIT_FORCED
+        self._grace_end_mono = time.monotonic()
+        self.stop.set()
+        self.wake.set()
+
     def _grace_end(self, why: str | None = None) -> float:
         """When running handlers must have finished, from the first look after a stop request."""
         if self._grace_end_mono is None:
@@ -761,8 +773,9 @@ class Worker:
             a.cancel.set()
         self._collect()
         self._flush(conn)
-        # Give cancelled handlers a moment to stop (a command job is terminated by its thread).
-        end = time.monotonic() + _HANDBACK_WAIT_S
+        # Give cancelled handlers a moment to stop (a command job is terminated by its thread),
+        # unless the stop is forced: then the process ends at once, and them with it.
+        end = time.monotonic() + (0.0 if self.forced else _HANDBACK_WAIT_S)
         while self.inflight and time.monotonic() < end:
             self.wake.wait(_STOP_POLL_S)
             self.wake.clear()
