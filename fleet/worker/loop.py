@@ -15,6 +15,7 @@ from psycopg_pool import PoolTimeout
 
 from fleet import command_jobs, logs, telemetry
 from fleet.db import describe, prepared_statements_broke, redact, resolve_url
+from fleet.declare import declared
 from fleet.errors import SchemaOutdated
 from fleet.jobs import Handler, is_async
 from fleet.migrate import check_schema
@@ -25,6 +26,7 @@ from fleet.settings import WorkerSettings
 from fleet.worker import spans
 from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, error_text, execute, serve_here
 from fleet.worker.claim import OVERLAP_SKIPPED, Skipped, claim_result, send_claim
+from fleet.worker.declared import declared_drift
 from fleet.worker.eventloop import EventLoop
 from fleet.worker.finish import DONE, decide, finish_result, handed_back, send_finish
 from fleet.worker.heartbeat import Heartbeat, LeaseWatch
@@ -567,6 +569,7 @@ class Worker:
             self.pool.close()
             logs.event("worker_stopped", worker_id=s.worker_id, **self.counts)
             return 0
+        self._say_declared_drift()
         heartbeat = Heartbeat(self, self.pool, self.fence)
         watch = LeaseWatch(self, self.fence)
         listener = Listener(self.url, f"fleet-worker {s.worker_id} listen", self.wake)
@@ -632,6 +635,19 @@ class Worker:
                 self._unavailable(e, "db_error")
                 self.stop.wait(_BORROW_S)
         return False
+
+    def _say_declared_drift(self) -> None:
+        """Once, at start: the schedules the app's code declares that the database holds otherwise
+        (they run as stored until applied). Never a reason not to serve."""
+        assert self.pool is not None
+        try:
+            with self.pool.connection(timeout=_BORROW_S) as conn:
+                drift = declared_drift(conn, declared(), self.settings.app)
+        except Exception as e:  # noqa: BLE001 - a check, never a reason to stop
+            logs.event("db_error", worker_id=self.settings.worker_id, error=describe(e))
+            return
+        if drift is not None:
+            logs.event("declared_schedules_differ", worker_id=self.settings.worker_id, **drift)
 
     def _loop(self) -> None:
         assert self.pool is not None
