@@ -248,3 +248,15 @@ def test_a_run_interrupted_with_ctrl_c_stops_everything_and_removes_its_work_fil
     assert "interrupted (SIGINT); stopping everything" in output
     assert not workdir.exists(), f"left behind: {workdir}"
     assert processes_naming(workdir) == []
+
+
+def test_a_run_that_cannot_run_removes_its_work_files_too() -> None:
+    # A server that refuses connections (nothing listens on loopback port 1): exit 2 after the work
+    # directory was made.
+    done = loadtest(
+        *TINY, "--database-url", "postgresql://fleet@127.0.0.1:1/fleet?connect_timeout=2", timeout=60
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "the load test could not run" in done.stderr
+    workdir = work_directory(done.stdout)
+    assert not workdir.exists(), f"left behind: {workdir}"
