@@ -26,6 +26,7 @@ CREATE TABLE fleet.job_attempts (
     trace_id text,
     span_id text,
     traced boolean NOT NULL DEFAULT false,
+    renewed_at timestamp with time zone,
     CONSTRAINT job_attempts_pkey PRIMARY KEY (schedule_name, scheduled_for, attempt)
 );
 
@@ -55,6 +56,7 @@ CREATE TABLE fleet.job_runs (
     span_id text,
     traced boolean NOT NULL DEFAULT false,
     start_by timestamp with time zone,
+    renewed_at timestamp with time zone,
     CONSTRAINT job_runs_finite_times CHECK ((isfinite(scheduled_for) AND isfinite(run_after) AND isfinite(locked_until) AND isfinite(started_at) AND isfinite(finished_at))) NOT VALID,
     CONSTRAINT job_runs_origin_check CHECK ((origin = ANY (ARRAY['schedule'::text, 'trigger'::text, 'backfill'::text]))),
     CONSTRAINT job_runs_start_by_finite CHECK (isfinite(start_by)) NOT VALID,

@@ -47,7 +47,7 @@ GRANT DELETE ON fleet.slot_outcomes TO fleet_ticker;
 
 GRANT INSERT, UPDATE ON fleet.schedule_gates TO fleet_worker;
 GRANT UPDATE (status, attempts, failures, last_outcome, locked_by, locked_host, locked_pid, locked_until,
-              started_at, finished_at, last_error, run_after, trace_id, span_id, traced, start_by)
+              started_at, finished_at, last_error, run_after, trace_id, span_id, traced, start_by, renewed_at)
     ON fleet.job_runs TO fleet_worker;
 GRANT INSERT ON fleet.job_attempts TO fleet_worker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_worker;

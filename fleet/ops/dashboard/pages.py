@@ -308,7 +308,11 @@ def slot_page(
     conn: psycopg.Connection[Any], name: str, slot: datetime, trace_url: str, jaeger: str
 ) -> dict[str, Any]:
     """One slot's story: its attempts in order (the newest SLOT_ATTEMPTS_SHOWN), each with the wait
-    before it and, when its worker exported it, its trace."""
+    before it and, when its worker exported it, its trace.
+
+    The wait before an attempt runs from the end of the one before it: the back-off after a
+    failure; after a lost lease, from when that attempt's worker was last heard from (its lease's
+    last renewal), so it counts the lease running out and the reclaim."""
     h = run_history(conn, name, slot).to_json()
     # Every claim makes trace ids, but only a worker with tracing on exports a span under them:
     # a link to a trace nobody sent would only find nothing.
@@ -321,7 +325,12 @@ def slot_page(
         a["waited_s"] = (started - previous_end).total_seconds() if started and previous_end else None
         a["duration_s"] = (ended - started).total_seconds() if started and ended else None
         a["trace_link"] = trace_link(trace_url, a["trace_id"], a["span_id"]) if a["traced"] else None
-        previous_end = ended
+        renewed = a.get("renewed_at")
+        if a["outcome"] == "lease_expired":
+            # Recorded as ending at the reclaim; the run stopped being served at the last renewal.
+            previous_end = parse_instant(renewed, "renewed_at") if renewed else None
+        else:
+            previous_end = ended
     h["attempts_not_shown"] = max(0, len(h["attempt_history"]) - SLOT_ATTEMPTS_SHOWN)
     h["attempt_history"] = h["attempt_history"][-SLOT_ATTEMPTS_SHOWN:]
     h["args_json"] = orjson.dumps(h["args"]).decode()
