@@ -24,6 +24,9 @@ EXPECTED_TABLES = {
     "migrations",
     "chores",
     "schedule_stats",
+    "alert_routes",
+    "alert_state",
+    "alert_outbox",
 }
 EXPECTED_INDEXES = {
     "job_runs_pending",
@@ -33,6 +36,7 @@ EXPECTED_INDEXES = {
     "schedules_due",
     "chores_pkey",
     "schedule_stats_pkey",
+    "alert_outbox_open",
 }
 
 
