@@ -16,8 +16,9 @@ from fleet.alert.loop import Alerter
 from fleet.alert.settings import AlertSettings
 from fleet.alert_routes import apply_routes, load_routes
 from fleet.inspect import health_report
+from fleet.ops.cli import main as fleetctl
 from tests.alert_receivers import SmtpReceiver, WebhookReceiver, receivers
-from tests.support import apply_text, live_ticker, scalar
+from tests.support import apply_text, live_ticker, scalar, wait_for
 
 SCHEDULE = """
 [[schedule]]
@@ -322,3 +323,19 @@ def test_a_schedule_without_a_deadline_or_paused_is_never_overdue(conn: psycopg.
     conn.execute("UPDATE fleet.schedules SET paused_at = now()")
     _, [h] = health_report(conn, None, now + timedelta(hours=1))
     assert h.deadline_s == 60.0 and h.overdue_slot is None and h.verdict == "PAUSED"
+
+
+def test_status_says_overdue_and_names_the_slot(
+    db_url: str, conn: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    apply_text(conn, '[[schedule]]\nname = "fast"\nevery = "1s"\njob = "noop"\ndeadline = "1s"\n')
+    live_ticker(conn)
+
+    def overdue() -> bool:
+        _, [h] = health_report(conn)
+        return h.verdict == "OVERDUE"
+
+    wait_for(overdue, timeout=20, what="the schedule OVERDUE")
+    assert fleetctl(["--database-url", db_url, "status", "fast"]) == 1
+    out = capsys.readouterr().out
+    assert "OVERDUE" in out and "not done by its deadline" in out, out
