@@ -25,7 +25,7 @@ LEASE_MARGIN_S: Final = 50.0
 RETRY_BASE_S: Final = 5.0
 RETRY_CAP_S: Final = 300.0
 GIVE_UP_S: Final = 86400.0
-# Sent and failed notices are kept this long (for `fleetctl alert --list` and the curious).
+# Sent and failed notices are kept this long (to look into what was sent, and when).
 KEEP_S: Final = 7 * 86400.0
 
 
