@@ -385,8 +385,6 @@ def _deadlines(
     """The deadline (seconds) of each schedule that has one, and the slot of each that is OVERDUE:
     enabled, unpaused, and the newest of its slots whose deadline has passed (a slot since the
     schedule was created, changed or resumed) has no successful run."""
-    from fleet.schedule import latest_slot_at_or_before, timing_of
-
     deadlines: dict[str, float] = {}
     names: list[str] = []
     slots: list[datetime] = []
@@ -394,6 +392,8 @@ def _deadlines(
         deadlines[row["name"]] = row["deadline"].total_seconds()
         if not row["enabled"] or row["paused_at"] is not None or row["broken_at"] is not None:
             continue
+        from fleet.schedule import latest_slot_at_or_before, timing_of  # only when a schedule has one
+
         try:
             slot = latest_slot_at_or_before(timing_of(row), at - row["deadline"])
         except Exception:  # noqa: BLE001 - one schedule's timing never stops a read (it is BROKEN)

@@ -46,22 +46,17 @@ def _url(args: argparse.Namespace) -> str:
 
 def cmd_alert(args: argparse.Namespace) -> int:
     from fleet.alert.loop import Alerter
-    from fleet.migrate import check_schema
 
     settings = alert_settings(args, _url(args), os.environ)
     assert settings.database_url is not None
-    with connect(settings.database_url, "fleetctl alert") as conn:
-        check_schema(conn)
-        routes = _routes(conn)
     if args.test:
+        from fleet.migrate import check_schema
+
+        with connect(settings.database_url, "fleetctl alert") as conn:
+            check_schema(conn)
+            routes = _routes(conn)
         return _test(settings, routes, args.test)
     logs.configure(settings.log_format, process="alert")
-    for route in routes.values():
-        for key, var in route.target.items():
-            if key.endswith("_env") and var and not settings.environ.get(var):
-                logs.event("alert_secret_unset", route=route.name, field=key, variable=var)
-    if not routes:
-        logs.event("alert_no_routes", hint="declare [[alert]] tables in the schedules file and apply it")
     stop = threading.Event()
 
     def on_signal(sig: signal.Signals) -> None:

@@ -179,11 +179,10 @@ def plan(
     out = Plan()
     by_key = {(p.route, p.subject, p.verdict): p for p in open_problems}
     by_name = {r.name: r for r in routes}
+    troubled = [(name, s) for name, s in subjects.items() if s.problems and name != FLEET]
     for route in routes:
         holding: dict[Key, Problem] = {}
-        for name, subject in subjects.items():
-            if name == FLEET:
-                continue
+        for name, subject in troubled:
             if not route.covers(name):
                 continue
             for v, problem in subject.problems.items():

@@ -11,6 +11,7 @@ attempt; a notice that could not be delivered is tried again with back-off.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 from collections.abc import Callable
@@ -30,14 +31,16 @@ from fleet.alert.settings import GIVE_UP_S, KEEP_S, RETRY_BASE_S, RETRY_CAP_S, A
 from fleet.alert_routes import AlertRoute, route_from_row
 from fleet.backoff import backoff_delay
 from fleet.chores import Chore, Progress, Step, next_wait, register, run_due
-from fleet.db import connect
-from fleet.errors import DatabaseUnavailable
+from fleet.db import connect, describe, permission_denied
+from fleet.errors import DatabaseUnavailable, SchemaOutdated
 from fleet.inspect import health_report
+from fleet.migrate import check_schema
 from fleet.queries import q
 
 CHORE: Final = "alert_evaluate"
-# After losing the database, the next try comes this much later.
+# After losing the database, the next try comes this much later; after an unexpected error, this.
 RECONNECT_S: Final = 2.0
+ERROR_WAIT_S: Final = 5.0
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ class Alerter:
         self.conn: psycopg.Connection[Any] | None = None
         self.pool = ThreadPoolExecutor(settings.senders, thread_name_prefix="fleet-alert-send")
         self.evaluated: Evaluated | None = None
+        self.checked_secrets = False
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -127,8 +131,22 @@ class Alerter:
         if self.conn is None or self.conn.closed or self.conn.broken:
             assert self.s.database_url is not None
             self.conn = connect(self.s.database_url, f"fleet-alert {self.s.alert_id}")
+            check_schema(self.conn)
             register(self.conn, self.chores)
+            if not self.checked_secrets:
+                self._check_secrets(self.conn)
         return self.conn
+
+    def _check_secrets(self, conn: psycopg.Connection[Any]) -> None:
+        """Say, once, which routes name a variable this process's environment does not set."""
+        self.checked_secrets = True
+        routes = [route_from_row(r) for r in conn.execute(q("alert_route_list"))]
+        if not routes:
+            logs.event("alert_no_routes", hint="declare [[alert]] tables in the schedules file and apply it")
+        for route in routes:
+            for key, var in route.target.items():
+                if key.endswith("_env") and var and not self.s.environ.get(var):
+                    logs.event("alert_secret_unset", route=route.name, field=key, variable=var)
 
     def run_once(self) -> RoundResult:
         conn = self._connection()
@@ -226,25 +244,46 @@ class Alerter:
         return max(0.05, min(waits))
 
     def run(self) -> int:
-        """Rounds until `stop` is set (or one round with `once`); 0 when stopped."""
+        """Rounds until `stop` is set (or one round with `once`); 0 when stopped, 2 when the role
+        lacks a grant. The database out of reach, or not migrated yet, is waited for."""
         logs.event("alert_started", alert_id=self.s.alert_id, poll_s=self.s.poll_s)
+        unavailable = logs.Throttle()
+        code = 0
         try:
             while not self.stop.is_set():
                 try:
                     self.run_once()
                     if self.s.once:
-                        return 0
+                        break
                     wait = self._wait_s()
-                except (psycopg.OperationalError, DatabaseUnavailable) as e:
+                    unavailable.reset()
+                except (psycopg.Error, DatabaseUnavailable, SchemaOutdated) as e:
+                    denied = permission_denied(e, self.s.database_url or "", "fleet_alert")
+                    if denied is not None:
+                        logs.event("permission_denied", alert_id=self.s.alert_id, error=str(denied))
+                        code = 2
+                        break
                     if self.s.once:
                         raise
-                    logs.event("alert_db_lost", error=logs.error_text(e))
-                    if self.conn is not None:
-                        self.conn.close()
-                        self.conn = None
+                    if unavailable.due():
+                        event = "db_unavailable" if isinstance(e, DatabaseUnavailable) else "db_error"
+                        logs.event(event, alert_id=self.s.alert_id, error=describe(e))
+                    self._drop_connection()
                     wait = RECONNECT_S
+                except Exception as e:
+                    if self.s.once:
+                        raise
+                    logs.event("alert_error", alert_id=self.s.alert_id, error=logs.error_text(e))
+                    self._drop_connection()
+                    wait = ERROR_WAIT_S
                 self.stop.wait(wait)
         finally:
             self.close()
             logs.event("alert_stopped", alert_id=self.s.alert_id)
-        return 0
+        return code
+
+    def _drop_connection(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self.conn.close()
+            self.conn = None
