@@ -339,3 +339,37 @@ def test_status_says_overdue_and_names_the_slot(
     assert fleetctl(["--database-url", db_url, "status", "fast"]) == 1
     out = capsys.readouterr().out
     assert "OVERDUE" in out and "not done by its deadline" in out, out
+
+
+def test_apply_stores_routes_changes_them_and_prune_removes_them_with_their_notices(
+    conn: psycopg.Connection[Any], alerter: Callable[..., Alerter]
+) -> None:
+    with receivers() as (hook, smtp):
+        text = SCHEDULE + routes(smtp.port)
+        clock = setup(conn, text)
+        a = alerter(clock, hook.url)
+        a.run_once()
+        with conn.transaction():
+            same = apply_routes(conn, load_routes(text), prune=True)
+        assert (same.created, same.updated, same.unchanged, same.removed) == ([], [], ["hook", "mail"], [])
+        changed = text.replace('verdicts = ["LATE"]\n\n', 'verdicts = ["LATE", "DEAD"]\n\n', 1)
+        with conn.transaction():
+            plan = apply_routes(conn, load_routes(changed), prune=True, plan=True)
+            assert plan.updated == ["hook"]
+            assert scalar(conn, "SELECT verdicts FROM fleet.alert_routes WHERE name = 'hook'") == ["LATE"]
+            r = apply_routes(conn, load_routes(changed), prune=True)
+        assert (r.updated, r.unchanged) == (["hook"], ["mail"])
+        assert scalar(conn, "SELECT verdicts FROM fleet.alert_routes WHERE name = 'hook'") == ["DEAD", "LATE"]
+        # a changed route keeps what it has told: nothing is sent again
+        clock.advance(seconds=11)
+        assert a.run_once().sent == 0
+        only_hook = changed[: changed.index('[[alert]]\nname = "mail"')]
+        with conn.transaction():
+            r = apply_routes(conn, load_routes(only_hook), prune=True)
+        assert r.removed == ["mail"]
+        assert scalar(conn, "SELECT count(*) FROM fleet.alert_state WHERE route = 'mail'") == 0
+        assert scalar(conn, "SELECT count(*) FROM fleet.alert_outbox WHERE route = 'mail'") == 0
+        # the schedule's deadline is a field apply compares like the others
+        changed_schedule = apply_text(conn, SCHEDULE + 'deadline = "90s"\n')
+        assert changed_schedule.updated == ["minutely"]
+        assert [f.field for c in changed_schedule.changes for f in c.fields] == ["deadline"]
