@@ -115,8 +115,11 @@ def test_two_alert_processes_deliver_each_notice_once_after_the_receiver_comes_b
         assert (
             len(mails) == 2 and mails[0].startswith("[fleet] LATE: s00") and "RESOLVED LATE: s00" in mails[1]
         )
-        rows = conn.execute("SELECT route, attempts FROM fleet.alert_outbox WHERE route = 'hook'").fetchall()
-        assert len(rows) == 2 * SCHEDULES and min(r["attempts"] for r in rows[:SCHEDULES]) >= 2  # retried
+        rows = conn.execute(
+            "SELECT event, attempts FROM fleet.alert_outbox WHERE route = 'hook' ORDER BY id"
+        ).fetchall()
+        assert [r["event"] for r in rows] == ["alert"] * SCHEDULES + ["recovery"] * SCHEDULES
+        assert min(r["attempts"] for r in rows[:SCHEDULES]) >= 2  # the alerts were retried
         assert len(sent) == 2 * SCHEDULES + 2  # every delivery, by one process or the other
         assert sum(by_process.values()) == len(sent)
         print(f"notices sent per alert process: {dict(by_process)}")
