@@ -130,11 +130,16 @@ class Alerter:
     def _connection(self) -> psycopg.Connection[Any]:
         if self.conn is None or self.conn.closed or self.conn.broken:
             assert self.s.database_url is not None
-            self.conn = connect(self.s.database_url, f"fleet-alert {self.s.alert_id}")
-            check_schema(self.conn)
-            register(self.conn, self.chores)
-            if not self.checked_secrets:
-                self._check_secrets(self.conn)
+            conn = connect(self.s.database_url, f"fleet-alert {self.s.alert_id}")
+            try:
+                check_schema(conn)  # not migrated yet: waited for, as a ticker does
+                register(conn, self.chores)
+                if not self.checked_secrets:
+                    self._check_secrets(conn)
+            except BaseException:
+                conn.close()
+                raise
+            self.conn = conn
         return self.conn
 
     def _check_secrets(self, conn: psycopg.Connection[Any]) -> None:
