@@ -71,32 +71,34 @@ def evaluate(conn: psycopg.Connection[Any], now: datetime) -> Evaluated:
     subjects = conditions(fleet, healths)
     open_problems = [OpenProblem(**r) for r in conn.execute(q("alert_state_list"))]
     p = plan(routes, subjects, open_problems, now)
-    with conn.cursor() as cur:
-        for route, subject, verdict in p.opened:
-            cur.execute(
-                q("alert_state_open"), {"route": route, "subject": subject, "verdict": verdict, "now": now}
-            )
-        for route, subject, verdict in p.repeated:
-            cur.execute(
-                q("alert_state_touch"), {"route": route, "subject": subject, "verdict": verdict, "now": now}
-            )
-        for route, subject, verdict in p.closed + p.dropped:
-            cur.execute(q("alert_state_close"), {"route": route, "subject": subject, "verdict": verdict})
-        for n in p.notices:
-            cur.execute(
+
+    def key(k: tuple[str, str, str], **more: Any) -> dict[str, Any]:
+        return {"route": k[0], "subject": k[1], "verdict": k[2], **more}
+
+    with conn.cursor() as cur:  # executemany: one pipelined round trip per statement
+        if p.opened:
+            cur.executemany(q("alert_state_open"), [key(k, now=now) for k in p.opened])
+        if p.repeated:
+            cur.executemany(q("alert_state_touch"), [key(k, now=now) for k in p.repeated])
+        if p.closed or p.dropped:
+            cur.executemany(q("alert_state_close"), [key(k) for k in p.closed + p.dropped])
+        if p.notices:
+            cur.executemany(
                 q("notice_add"),
-                {
-                    "route": n.route,
-                    "subject": n.subject,
-                    "verdict": n.verdict,
-                    "event": n.event,
-                    "payload": _json(n.payload),
-                    "now": now,
-                },
+                [
+                    {
+                        "route": n.route,
+                        "subject": n.subject,
+                        "verdict": n.verdict,
+                        "event": n.event,
+                        "payload": _json(n.payload),
+                        "now": now,
+                    }
+                    for n in p.notices
+                ],
             )
-            logs.event(
-                "alert_queued", route=n.route, schedule=n.subject or None, verdict=n.verdict, kind=n.event
-            )
+    for n in p.notices:
+        logs.event("alert_queued", route=n.route, schedule=n.subject or None, verdict=n.verdict, kind=n.event)
     return Evaluated(len(p.notices), len(p.opened), len(p.closed))
 
 
