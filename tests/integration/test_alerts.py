@@ -373,3 +373,29 @@ def test_apply_stores_routes_changes_them_and_prune_removes_them_with_their_noti
         changed_schedule = apply_text(conn, SCHEDULE + 'deadline = "90s"\n')
         assert changed_schedule.updated == ["minutely"]
         assert [f.field for c in changed_schedule.changes for f in c.fields] == ["deadline"]
+
+
+def test_no_live_ticker_is_told_once_as_the_fleets_and_its_end_when_one_is_back(
+    conn: psycopg.Connection[Any], alerter: Callable[..., Alerter]
+) -> None:
+    text = (
+        SCHEDULE
+        + '[[schedule]]\nname = "other"\nevery = "1h"\njob = "noop"\n'
+        + '[[alert]]\nname = "hook"\nkind = "webhook"\nurl_env = "HOOK_URL"\nverdicts = ["NO-TICKER"]\n'
+    )
+    with receivers() as (hook, _):
+        apply_text(conn, text)
+        with conn.transaction():
+            apply_routes(conn, load_routes(text), prune=False)
+        clock = Clock(scalar(conn, "SELECT now()") + timedelta(minutes=2))  # no ticker seen: none ever ran
+        a = alerter(clock, hook.url)
+        a.run_once()
+        [posted] = hook.received()
+        assert posted["verdict"] == "NO-TICKER" and posted["schedule"] is None
+        assert posted["schedules"] == ["minutely", "other"]
+        assert posted["summary"] == "NO-TICKER: fleet: no ticker is running: no slot is created"
+        clock.advance(seconds=11)
+        live_ticker(conn, clock())
+        a.run_once()
+        assert [p["event"] for p in hook.received()] == ["alert", "recovery"]
+        assert hook.received()[1]["summary"].startswith("RESOLVED NO-TICKER: fleet: ended")
