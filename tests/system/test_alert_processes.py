@@ -165,28 +165,31 @@ def test_a_test_notice_says_whether_the_route_reaches_its_receiver(
 
 
 @pytest.fixture
-def alert_url(db_url: str, server_url: str) -> Iterator[str]:
-    """A login role granted fleet_alert only, and its URL."""
+def role_urls(db_url: str, server_url: str) -> Iterator[dict[str, str]]:
+    """A login role granted fleet_alert only, and one granted fleet_operator only, and their URLs."""
     assert fleetctl(["--database-url", db_url, "migrate", "--roles"]) == 0
-    name = f"t_alert_{os.getpid()}"
+    names = {kind: f"t_{kind}_{os.getpid()}" for kind in ("alert", "operator")}
     with connect(server_url, "fleet-tests roles") as admin:
-        admin.execute(f'DROP ROLE IF EXISTS "{name}"')
-        admin.execute(f'CREATE ROLE "{name}" LOGIN IN ROLE fleet_alert')
+        for kind, name in names.items():
+            admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+            admin.execute(f'CREATE ROLE "{name}" LOGIN IN ROLE fleet_{kind}')
     try:
-        yield make_conninfo(db_url, user=name)
+        yield {kind: make_conninfo(db_url, user=name) for kind, name in names.items()}
     finally:
         with connect(server_url, "fleet-tests roles") as admin:
-            admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+            for name in names.values():
+                admin.execute(f'DROP ROLE IF EXISTS "{name}"')
 
 
 def test_the_alert_role_reads_health_and_sends_and_changes_nothing_else(
-    alert_url: str, db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+    role_urls: dict[str, str], conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     hook, smtp = WebhookReceiver(), SmtpReceiver()
     hook.start()
     smtp.start()
     try:
-        assert fleetctl(["--database-url", db_url, "apply", str(schedules_file(tmp_path, smtp.port))]) == 0
+        path = schedules_file(tmp_path, smtp.port)
+        assert fleetctl(["--database-url", role_urls["operator"], "apply", str(path)]) == 0
         wait_for(
             lambda: (
                 scalar(
@@ -197,12 +200,12 @@ def test_the_alert_role_reads_health_and_sends_and_changes_nothing_else(
             timeout=30,
             what="the schedules LATE",
         )
-        env = env_for(alert_url, FLEET_ALERT_HOOK_URL=hook.url, FLEET_ALERT_HOOK_SECRET="x")
+        env = env_for(role_urls["alert"], FLEET_ALERT_HOOK_URL=hook.url, FLEET_ALERT_HOOK_SECRET="x")
         with processes() as procs:
             procs.append(Proc(fleetctl_cmd("alert", "--once"), env, tmp_path / "once.log"))
             assert procs[0].wait(60) == 0, procs[0].output()
         assert len(hook.received()) == SCHEDULES and len(smtp.received()) == 1
-        with connect(alert_url, "fleet-tests denied") as c:
+        with connect(role_urls["alert"], "fleet-tests denied") as c:
             for sql in (
                 "UPDATE fleet.schedules SET job = 'x'",
                 "UPDATE fleet.alert_routes SET kind = 'slack'",
@@ -210,6 +213,12 @@ def test_the_alert_role_reads_health_and_sends_and_changes_nothing_else(
             ):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege):
                     c.execute(sql)
+        # the operator removes a route: its state and notices go with it
+        path.write_text(path.read_text().split('[[alert]]\nname = "mail"')[0])
+        assert fleetctl(["--database-url", role_urls["operator"], "apply", "--prune", str(path)]) == 0
+        assert scalar(conn, "SELECT count(*) FROM fleet.alert_outbox WHERE route = 'mail'") == 0
+        assert scalar(conn, "SELECT count(*) FROM fleet.alert_state WHERE route = 'mail'") == 0
+        assert scalar(conn, "SELECT count(*) FROM fleet.alert_state WHERE route = 'hook'") == SCHEDULES
     finally:
         hook.stop()
         smtp.stop()
