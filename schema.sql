@@ -2,6 +2,54 @@
 -- tests.schema_snapshot > schema.sql). A test checks that migrating an empty database yields it.
 CREATE TYPE fleet.run_status AS ENUM ('pending', 'running', 'done', 'dead', 'skipped');
 
+CREATE TABLE fleet.alert_outbox (
+    id bigint NOT NULL,
+    route text NOT NULL,
+    subject text NOT NULL,
+    verdict text NOT NULL,
+    event text NOT NULL,
+    payload jsonb NOT NULL,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    status text NOT NULL DEFAULT 'pending'::text,
+    attempts integer NOT NULL DEFAULT 0,
+    next_at timestamp with time zone NOT NULL DEFAULT now(),
+    locked_by text,
+    locked_until timestamp with time zone,
+    sent_at timestamp with time zone,
+    last_error text,
+    CONSTRAINT alert_outbox_event_check CHECK ((event = ANY (ARRAY['alert'::text, 'repeat'::text, 'recovery'::text]))),
+    CONSTRAINT alert_outbox_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'sending'::text, 'sent'::text, 'failed'::text]))),
+    CONSTRAINT alert_outbox_route_fkey FOREIGN KEY (route) REFERENCES fleet.alert_routes(name) ON DELETE CASCADE,
+    CONSTRAINT alert_outbox_pkey PRIMARY KEY (id)
+);
+CREATE INDEX alert_outbox_created ON fleet.alert_outbox USING btree (created_at);
+CREATE INDEX alert_outbox_open ON fleet.alert_outbox USING btree (route, subject, id) WHERE (status = ANY (ARRAY['pending'::text, 'sending'::text]));
+
+CREATE TABLE fleet.alert_routes (
+    name text NOT NULL,
+    kind text NOT NULL,
+    schedules text[] NOT NULL,
+    verdicts text[] NOT NULL,
+    repeat interval,
+    recovery boolean NOT NULL DEFAULT true,
+    target jsonb NOT NULL DEFAULT '{}'::jsonb,
+    updated_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT alert_routes_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'slack'::text, 'email'::text]))),
+    CONSTRAINT alert_routes_repeat_check CHECK ((repeat > '00:00:00'::interval)),
+    CONSTRAINT alert_routes_pkey PRIMARY KEY (name)
+);
+
+CREATE TABLE fleet.alert_state (
+    route text NOT NULL,
+    subject text NOT NULL,
+    verdict text NOT NULL,
+    opened_at timestamp with time zone NOT NULL,
+    last_sent_at timestamp with time zone NOT NULL,
+    notices integer NOT NULL DEFAULT 1,
+    CONSTRAINT alert_state_route_fkey FOREIGN KEY (route) REFERENCES fleet.alert_routes(name) ON DELETE CASCADE,
+    CONSTRAINT alert_state_pkey PRIMARY KEY (route, subject, verdict)
+);
+
 CREATE TABLE fleet.chores (
     name text NOT NULL,
     due_at timestamp with time zone NOT NULL DEFAULT now(),
@@ -153,8 +201,10 @@ CREATE TABLE fleet.schedules (
     cadence_gap interval,
     broken_at timestamp with time zone,
     broken_error text,
+    deadline interval,
     CONSTRAINT schedules_catchup_check CHECK ((catchup = ANY (ARRAY['skip'::text, 'latest'::text, 'all'::text]))),
     CONSTRAINT schedules_check CHECK (((every IS NULL) <> (cron IS NULL))),
+    CONSTRAINT schedules_deadline_check CHECK ((deadline > '00:00:00'::interval)),
     CONSTRAINT schedules_dst_missing_check CHECK ((dst_missing = ANY (ARRAY['shift'::text, 'skip'::text]))),
     CONSTRAINT schedules_dst_repeated_check CHECK ((dst_repeated = ANY (ARRAY['first'::text, 'last'::text]))),
     CONSTRAINT schedules_every_check CHECK ((every > '00:00:00'::interval)),
@@ -169,6 +219,7 @@ CREATE TABLE fleet.schedules (
 ALTER TABLE fleet.schedules SET (autovacuum_vacuum_scale_factor=0.05);
 CREATE INDEX schedules_cadence_expiry ON fleet.schedules USING btree (COALESCE(cadence_mid, cadence_until, '-infinity'::timestamp with time zone)) WHERE (cron IS NOT NULL);
 CREATE INDEX schedules_cadence_outdated ON fleet.schedules USING btree (name) WHERE ((cron IS NOT NULL) AND (cadence_hash IS DISTINCT FROM timing_hash));
+CREATE INDEX schedules_deadline ON fleet.schedules USING btree (name) WHERE (deadline IS NOT NULL);
 CREATE INDEX schedules_due ON fleet.schedules USING btree (next_run_at) WHERE (enabled AND (paused_at IS NULL));
 
 CREATE TABLE fleet.slot_outcomes (

@@ -88,6 +88,7 @@ def _params(spec: ScheduleSpec, next_run_at: datetime | None) -> dict[str, Any]:
         "retry_base": spec.retry_base,
         "retry_cap": spec.retry_cap,
         "retention": spec.retention,
+        "deadline": spec.deadline,
         "next_run_at": next_run_at,
         "timing_hash": spec.timing_hash(),
     }
@@ -160,6 +161,7 @@ _FIELDS: tuple[tuple[str, str, Callable[[ScheduleSpec], Any], Callable[[Any, Any
     ("retry.base", "retry_base", lambda s: s.retry_base, _equal),
     ("retry.cap", "retry_cap", lambda s: s.retry_cap, _equal),
     ("retention", "retention", lambda s: s.retention, _equal),
+    ("deadline", "deadline", lambda s: s.deadline, _equal),
 )
 
 

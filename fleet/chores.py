@@ -1,4 +1,5 @@
-"""Housekeeping the tickers share, each step done once across them all.
+"""Housekeeping the tickers share, each step done once across them all (the alert processes share
+a chore of their own the same way: reading the verdicts, fleet.alert.loop).
 
 A chore (retention, the health roll-up) is a row of `fleet.chores`. Between ticks, a ticker takes
 each due chore's row with FOR UPDATE SKIP LOCKED, runs one small step of it in the same transaction

@@ -46,6 +46,7 @@ class ScheduleFields(TypedDict, total=False):
     timeout: Duration
     retry: Retry
     retention: Duration
+    deadline: Duration
     dst_repeated: Literal["first", "last"]
     dst_missing: Literal["shift", "skip"]
 

@@ -13,6 +13,9 @@ pending run. From them, from the schedule's state and from the fleet's tickers c
     TICKER-CRASHING  a ticker recorded an unexpected error within the last few minutes (likewise
                      fleet-wide)
     NO-WORKER        open runs whose job no live worker has registered
+    OVERDUE          the schedule has a `deadline`, and the newest of its slots whose deadline
+                     (slot + deadline) has passed has no successful run: missing, waiting, running,
+                     dead or skipped. A promise of the schedule's own, whatever its cadence
     BACKLOG          the oldest due pending run has waited longer than one interval
     LATE             no success for more than two intervals
     RETRYING         a run waits out a retry back-off after a failed attempt; under overlap
@@ -24,11 +27,12 @@ pending run. From them, from the schedule's state and from the fleet's tickers c
 
 When several hold, the verdict is the first in that order (the most actionable: BROKEN needs its
 definition fixed, DEAD an operator, NO-TICKER a ticker started, NO-WORKER names the cause of a
-backlog, a backlog the cause of lateness); `problems` lists them all. RETRYING is the retry policy
-at work and counts as healthy; when the retries keep a schedule quiet for long, it is LATE, with
-RETRYING among its problems to say why. PAUSED and DISABLED are an operator's decision and count as
-healthy. The fleet-wide verdicts concern only schedules that expect slots: a paused or disabled
-schedule does not get them, and a fleet without such schedules has no ticker to miss.
+backlog, OVERDUE the slot that broke the schedule's promise, a backlog the cause of lateness);
+`problems` lists them all. RETRYING is the retry policy at work and counts as healthy; when the
+retries keep a schedule quiet for long, it is LATE, with RETRYING among its problems to say why.
+PAUSED and DISABLED are an operator's decision and count as healthy. The fleet-wide verdicts
+concern only schedules that expect slots: a paused or disabled schedule does not get them, and a
+fleet without such schedules has no ticker to miss.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ Verdict = Literal[
     "NO-TICKER",
     "TICKER-CRASHING",
     "RETRYING",
+    "OVERDUE",
 ]
 
 SEVERITY: Final[tuple[Verdict, ...]] = (
@@ -57,6 +62,7 @@ SEVERITY: Final[tuple[Verdict, ...]] = (
     "NO-TICKER",
     "TICKER-CRASHING",
     "NO-WORKER",
+    "OVERDUE",
     "BACKLOG",
     "LATE",
     "RETRYING",
@@ -65,7 +71,7 @@ SEVERITY: Final[tuple[Verdict, ...]] = (
     "OK",
 )
 UNHEALTHY: Final[frozenset[Verdict]] = frozenset(
-    {"BROKEN", "DEAD", "NO-TICKER", "TICKER-CRASHING", "NO-WORKER", "BACKLOG", "LATE"}
+    {"BROKEN", "DEAD", "NO-TICKER", "TICKER-CRASHING", "NO-WORKER", "OVERDUE", "BACKLOG", "LATE"}
 )
 # The verdicts of the fleet's tickers rather than of one schedule (see `FleetHealth`).
 FLEET_VERDICTS: Final[tuple[Verdict, ...]] = ("NO-TICKER", "TICKER-CRASHING")
@@ -105,6 +111,8 @@ class Health:
     fleet: tuple[Verdict, ...] = ()
     # Runs waiting out a retry back-off after a failed attempt.
     retrying_runs: int = 0
+    # The newest slot past its deadline has no successful run.
+    overdue: bool = False
 
 
 @dataclass(frozen=True)
@@ -169,6 +177,7 @@ def problems(h: Health) -> list[Verdict]:
             h.broken,
             h.fleet,
             h.retrying_runs,
+            h.overdue,
         )
     )
 
@@ -184,10 +193,12 @@ def problems_of(
     broken: bool = False,
     fleet: tuple[Verdict, ...] = (),
     retrying_runs: int = 0,
+    overdue: bool = False,
 ) -> tuple[Verdict, ...]:
     """`problems` of the numbers given one by one, as a tuple (for reads of many schedules)."""
     if (
         not dead_runs
+        and not overdue
         and not broken
         and not fleet
         and not unserved_runs
@@ -211,6 +222,8 @@ def problems_of(
         found.extend(fleet)
     if unserved_runs > 0:
         found.append("NO-WORKER")
+    if overdue:
+        found.append("OVERDUE")
     if (
         interval_s is not None
         and oldest_pending_age_s is not None

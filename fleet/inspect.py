@@ -133,6 +133,8 @@ HEALTH_FIELDS: Final = (
     "retrying_runs",
     "retry_slot",
     "retry_at",
+    "deadline_s",
+    "overdue_slot",
 )
 
 
@@ -240,6 +242,7 @@ def _health_read(
             open_runs: dict[str, tuple[Any, ...]] = {
                 r[0]: r[1:] for r in cur.execute(q("run_open_health"), params).fetchall()
             }
+            deadlines, overdue = _deadlines(conn, params, at)
             out: list[Any] = []
             for (
                 name,
@@ -284,6 +287,7 @@ def _health_read(
                     broken_at is not None,
                     fleet_found,
                     retrying,
+                    name in overdue,
                 )
                 verdict = found[0] if found else "OK"
                 healthy = verdict not in unhealthy
@@ -327,6 +331,8 @@ def _health_read(
                             "retrying_runs": retrying,
                             "retry_slot": retry_slot,
                             "retry_at": retry_at,
+                            "deadline_s": deadlines.get(name),
+                            "overdue_slot": overdue.get(name),
                         }
                     )
                 else:
@@ -362,6 +368,8 @@ def _health_read(
                             retrying,
                             retry_slot,
                             retry_at,
+                            deadlines.get(name),
+                            overdue.get(name),
                         )
                     )
                 if len(out) == size:
@@ -369,6 +377,35 @@ def _health_read(
                     out = []
             if out:
                 yield out
+
+
+def _deadlines(
+    conn: psycopg.Connection[Any], params: dict[str, Any], at: datetime
+) -> tuple[dict[str, float], dict[str, datetime]]:
+    """The deadline (seconds) of each schedule that has one, and the slot of each that is OVERDUE:
+    enabled, unpaused, and the newest of its slots whose deadline has passed (a slot since the
+    schedule was created, changed or resumed) has no successful run."""
+    deadlines: dict[str, float] = {}
+    names: list[str] = []
+    slots: list[datetime] = []
+    for row in conn.execute(q("schedule_deadlines"), params):
+        deadlines[row["name"]] = row["deadline"].total_seconds()
+        if not row["enabled"] or row["paused_at"] is not None or row["broken_at"] is not None:
+            continue
+        from fleet.schedule import latest_slot_at_or_before, timing_of  # only when a schedule has one
+
+        try:
+            slot = latest_slot_at_or_before(timing_of(row), at - row["deadline"])
+        except Exception:  # noqa: BLE001 - one schedule's timing never stops a read (it is BROKEN)
+            continue
+        if slot is not None and slot >= row["since"]:
+            names.append(row["name"])
+            slots.append(slot)
+    overdue: dict[str, datetime] = {}
+    if names:
+        for row in conn.execute(q("run_deadline_missed"), {"names": names, "slots": slots}):
+            overdue[row["name"]] = row["slot"]
+    return deadlines, overdue
 
 
 def _fleet_health(row: dict[str, Any], at: datetime) -> health.FleetHealth:

@@ -31,17 +31,20 @@ def migrations() -> list[Migration]:
     return found
 
 
-ROLES = ("fleet_ticker", "fleet_worker", "fleet_operator", "fleet_reader")
+ROLES = ("fleet_ticker", "fleet_worker", "fleet_operator", "fleet_reader", "fleet_alert")
+# The roles every `migrate --roles` made: while they exist, each migrate grants the rights anew (and
+# creates the roles a newer fleet added).
+FIRST_ROLES = ROLES[:4]
 
 
 def migrate(conn: psycopg.Connection[Any], roles: bool = False) -> list[int]:
     """Apply the missing migrations in one transaction (rows as dicts); returns the versions applied now.
 
-    With `roles`, the NOLOGIN roles fleet_ticker, fleet_worker, fleet_operator and fleet_reader are
-    created if missing and granted what each needs (fleet/roles.sql). Everything is created in the
-    schema `fleet`. A database migrated before the schema existed keeps
-    its record of applied versions (moved from `public.fleet_migrations`), and migration 4 moves its
-    tables, rows intact.
+    With `roles`, the NOLOGIN roles fleet_ticker, fleet_worker, fleet_operator, fleet_reader and
+    fleet_alert are created if missing and granted what each needs (fleet/roles.sql). Everything is
+    created in the schema `fleet`. A database migrated before the schema existed keeps its record
+    of applied versions (moved from `public.fleet_migrations`), and migration 4 moves its tables,
+    rows intact.
     """
     applied_now: list[int] = []
     with conn.transaction():
@@ -73,11 +76,11 @@ def migrate(conn: psycopg.Connection[Any], roles: bool = False) -> list[int]:
 
 
 def roles_exist(conn: psycopg.Connection[Any]) -> bool:
-    """True when every role of `fleetctl migrate --roles` exists (rows as dicts)."""
+    """True when the roles an earlier `fleetctl migrate --roles` made exist (rows as dicts)."""
     row = conn.execute(
-        "SELECT count(*) AS n FROM pg_roles WHERE rolname = ANY(%s)", (list(ROLES),)
+        "SELECT count(*) AS n FROM pg_roles WHERE rolname = ANY(%s)", (list(FIRST_ROLES),)
     ).fetchone()
-    return bool(row and row["n"] == len(ROLES))
+    return bool(row and row["n"] == len(FIRST_ROLES))
 
 
 def _exists(conn: psycopg.Connection[Any], relation: str) -> bool:

@@ -45,10 +45,10 @@ class ScheduleHealth:
     #: The schedule's name.
     name: str
     #: The most severe condition that holds (BROKEN, DEAD, NO-TICKER, TICKER-CRASHING, NO-WORKER,
-    #: BACKLOG, LATE, RETRYING, PAUSED, DISABLED), else OK.
+    #: OVERDUE, BACKLOG, LATE, RETRYING, PAUSED, DISABLED), else OK.
     verdict: Verdict
-    #: False for BROKEN, DEAD, NO-TICKER, TICKER-CRASHING, NO-WORKER, BACKLOG and LATE: something
-    #: for an operator to do.
+    #: False for BROKEN, DEAD, NO-TICKER, TICKER-CRASHING, NO-WORKER, OVERDUE, BACKLOG and LATE:
+    #: something for an operator to do.
     healthy: bool
     #: Every condition that holds, most severe first (empty when OK).
     problems: tuple[Verdict, ...]
@@ -106,6 +106,10 @@ class ScheduleHealth:
     retry_slot: datetime | None = None
     #: When that run is tried again.
     retry_at: datetime | None = None
+    #: The schedule's deadline in seconds: each slot's run is done by slot + deadline (None: none).
+    deadline_s: float | None = None
+    #: The slot whose run was not done by its deadline (OVERDUE); None when there is none.
+    overdue_slot: datetime | None = None
 
     @property
     def numbers(self) -> Health:
@@ -121,6 +125,7 @@ class ScheduleHealth:
             self.broken_at is not None,
             tuple(v for v in self.problems if v in FLEET_VERDICTS),
             self.retrying_runs,
+            self.overdue_slot is not None,
         )
 
     def to_json(self) -> dict[str, Any]:

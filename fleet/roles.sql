@@ -108,3 +108,22 @@ CREATE POLICY fleet_ticker_settle ON fleet.job_runs FOR UPDATE TO fleet_ticker
 DROP POLICY IF EXISTS fleet_ticker_retention ON fleet.job_runs;
 CREATE POLICY fleet_ticker_retention ON fleet.job_runs FOR DELETE TO fleet_ticker
     USING (status IN ('done', 'skipped'));
+
+-- fleet_alert: `fleetctl alert`. Reads the fleet's health as `status` does, keeps the alert state
+-- and the notices to send, and takes its own chore (the evaluation, one alert process at a time);
+-- cannot change a schedule, a run or a route. Routes are the operator's (`fleetctl apply`).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'fleet_alert') THEN
+        CREATE ROLE fleet_alert NOLOGIN;
+    END IF;
+END
+$$;
+GRANT USAGE ON SCHEMA fleet TO fleet_alert;
+REVOKE CREATE ON SCHEMA fleet FROM fleet_alert;
+REVOKE ALL ON ALL TABLES IN SCHEMA fleet FROM fleet_alert;
+GRANT SELECT ON ALL TABLES IN SCHEMA fleet TO fleet_alert;
+GRANT INSERT, UPDATE ON fleet.chores TO fleet_alert;
+GRANT INSERT, UPDATE, DELETE ON fleet.alert_state, fleet.alert_outbox TO fleet_alert;
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA fleet TO fleet_alert;
+GRANT INSERT, UPDATE, DELETE ON fleet.alert_routes TO fleet_operator;

@@ -69,6 +69,7 @@ _KEYS = {
     "timeout",
     "retry",
     "retention",
+    "deadline",
     "dst_repeated",
     "dst_missing",
 }
@@ -94,6 +95,7 @@ class ScheduleSpec:
     retry_base: timedelta = DEFAULT_RETRY_BASE
     retry_cap: timedelta = DEFAULT_RETRY_CAP
     retention: timedelta | None = None  # None: the tickers' --retention
+    deadline: timedelta | None = None  # each slot's run is done by slot + deadline, or OVERDUE
 
     def timing_hash(self) -> str:
         """Changes exactly when the slot times change (so apply re-plans the next slot)."""
@@ -167,10 +169,11 @@ def _validate(docs: Iterator[dict[str, Any]], max_args_bytes: int) -> list[Sched
     with every problem."""
     first = next(docs)
     problems: list[str] = []
-    unknown_top = sorted(set(first) - {"schedule"})
+    unknown_top = sorted(set(first) - {"schedule", "alert"})
     if unknown_top:
         problems.append(
-            f"file: unknown top-level key(s) {', '.join(unknown_top)} (expected [[schedule]] tables)"
+            f"file: unknown top-level key(s) {', '.join(unknown_top)} "
+            "(expected [[schedule]] and [[alert]] tables)"
         )
     if not isinstance(first.get("schedule", []), list):
         raise ScheduleFileError(problems + ["file: 'schedule' must be an array of tables ([[schedule]])"])
@@ -331,6 +334,7 @@ def parse_entry(
     grace = duration("grace")
     timeout = duration("timeout")
     retention = duration("retention")
+    deadline = duration("deadline")
     if retention is not None and not MIN_RETENTION <= retention <= MAX_RETENTION:
         bad("retention", f"must be from 1h to {MAX_RETENTION.days} days, got {shown(entry['retention'])}")
         retention = None
@@ -437,6 +441,7 @@ def parse_entry(
             retry_base=base,
             retry_cap=cap,
             retention=retention,
+            deadline=deadline,
         ),
         [],
     )

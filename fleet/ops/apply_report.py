@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 
+from fleet.alert_routes import RoutesResult
 from fleet.apply import ApplyResult, Change
 from fleet.registry import STALE_AFTER_S, process_live_jobs
 from fleet.schedfile import ScheduleSpec
@@ -55,6 +56,21 @@ def print_result(r: ApplyResult, total: int, sources: str) -> None:
         rest = f" {_more(len(names) - len(shown))}" if len(names) > len(shown) else ""
         print(f"{label}: {', '.join(shown)}{rest}")
     print(f"{counts(r)}: applied {total:,} schedule(s) from {sources}")
+
+
+def print_routes(r: RoutesResult, plan: bool) -> None:
+    """The alert routes' line: `alert routes: created ops-mail; created 1, updated 0, unchanged 0,
+    removed 0` (in a plan: `would create ...`)."""
+    parts = [
+        f"{'would ' + verb if plan else verb + 'd'} {', '.join(names)}"
+        for verb, names in (("create", r.created), ("update", r.updated), ("remove", r.removed))
+        if names
+    ]
+    tally = (
+        f"created {len(r.created)}, updated {len(r.updated)}, unchanged {len(r.unchanged)}, "
+        f"removed {len(r.removed)}"
+    )
+    print(f"alert routes: {'; '.join([*parts, tally])}")
 
 
 def _plan_lines(c: Change) -> list[str]:

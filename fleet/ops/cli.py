@@ -46,9 +46,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
+    from fleet.alert_routes import apply_routes, gather_all
     from fleet.apply import apply_specs
-    from fleet.declare import declared, gather
-    from fleet.ops.apply_report import print_plan, print_result, warn_unserved
+    from fleet.declare import declared
+    from fleet.ops.apply_report import print_plan, print_result, print_routes, warn_unserved
 
     if not args.files and not args.app:
         raise UsageError("give a schedules FILE or --app MODULE (or both)")
@@ -64,12 +65,19 @@ def cmd_apply(args: argparse.Namespace) -> int:
     files = [Path(f) for f in args.files]
     if not 1 <= args.max_args_bytes <= MAX_ARGS_LIMIT:
         raise UsageError(f"--max-args-bytes: between 1 and {MAX_ARGS_LIMIT:,}")
-    specs = gather(files, in_code, args.max_args_bytes)
+    # The alert routes come from the files (none from code); with no file, those stored stay.
+    specs, routes = gather_all(files, in_code, args.max_args_bytes)
     with db(args) as conn:
         require_schema(conn)
-        r = apply_specs(conn, specs, prune=args.prune, plan=args.plan)
+        with conn.transaction():  # schedules and routes: all or nothing
+            r = apply_specs(conn, specs, prune=args.prune, plan=args.plan)
+            routed = (
+                apply_routes(conn, routes, prune=args.prune, plan=args.plan) if routes is not None else None
+            )
         sources = [str(f) for f in files] + [f"--app {m}" for m in args.app or []]
         (print_plan if args.plan else print_result)(r, len(specs), " and ".join(sources))
+        if routed is not None and (routes or routed.removed):
+            print_routes(routed, args.plan)
         warn_unserved(conn, specs)
     return 0
 
@@ -113,6 +121,7 @@ COMMAND_MODULES = (
     "fleet.ops.metrics",
     "fleet.ops.supervise",
     "fleet.ops.dashboard.command",
+    "fleet.alert.command",
 )
 # The module of each of their commands: a command line that names one imports that module alone
 # (`fleetctl status` starts without the metrics' or the dashboard's), --help and the rest all of them.
@@ -125,6 +134,7 @@ COMMAND_MODULE = {
     "metrics": "fleet.ops.metrics",
     **dict.fromkeys(("up", "down", "scale", "supervisor-config", "exec-env"), "fleet.ops.supervise"),
     "dashboard": "fleet.ops.dashboard.command",
+    "alert": "fleet.alert.command",
 }
 
 
@@ -176,7 +186,8 @@ def parser(command: str | None = None) -> tuple[argparse.ArgumentParser, dict[st
     mp.add_argument(
         "--roles",
         action="store_true",
-        help="also create the NOLOGIN roles fleet_ticker, fleet_worker, fleet_operator and fleet_reader "
+        help="also create the NOLOGIN roles fleet_ticker, fleet_worker, fleet_operator, fleet_reader and "
+        "fleet_alert "
         "and grant each the least it needs (safe to repeat)",
     )
     commands: dict[str, Command] = {"migrate": cmd_migrate}
@@ -234,6 +245,7 @@ NEEDS = {
         c: "fleet_reader"
         for c in ("status", "runs", "show", "dead", "trace", "workers", "verify", "metrics", "dashboard")
     },
+    "alert": "fleet_alert",
 }
 BAD_INPUT = (UsageError, ConfigError, SchemaOutdated, SchemaMissing, RequestError, PermissionDenied)
 # Commands whose changes are one transaction: interrupted, they leave nothing behind.

@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -157,6 +157,7 @@ def _note(h: ScheduleHealth) -> str | None:
         for n in (
             _first_line(h.broken_error, 300) if h.broken_at else None,
             retrying_note(h),
+            overdue_note(h),
             _first_line(h.pause_note, 60),
         )
         if n
@@ -169,6 +170,14 @@ def retrying_note(h: ScheduleHealth) -> str | None:
     if "RETRYING" not in h.problems or h.retry_slot is None:
         return None
     return retrying_text(str(iso(h.retry_slot)), moment(iso(h.retry_at)), h.overlap)
+
+
+def overdue_note(h: ScheduleHealth) -> str | None:
+    """Which slot's run was not done by its deadline (OVERDUE), else None."""
+    if h.overdue_slot is None or h.deadline_s is None:
+        return None
+    due = h.overdue_slot + timedelta(seconds=h.deadline_s)
+    return f"{iso(h.overdue_slot)} not done by its deadline {iso(due)}"
 
 
 def verdict_text(h: ScheduleHealth) -> str:
@@ -582,9 +591,11 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
             "in NOTE), DEAD (dead runs waiting for retry or discard), NO-TICKER (no live ticker: nothing "
             "creates slots; said on a first 'fleet:' line), TICKER-CRASHING (a ticker recorded an unexpected "
             "error in the last few minutes; likewise), NO-WORKER (runs whose job no live worker "
-            "registered), BACKLOG (a due run waiting longer than one interval), LATE (no success for "
-            "more than two intervals of the schedule's own cadence), RETRYING (a run waits to retry after "
-            "a failed attempt; NOTE names it and says whether later slots are skipped meanwhile), "
+            "registered), OVERDUE (the schedule has a deadline, and its newest slot past it has no "
+            "successful run; NOTE names the slot), BACKLOG (a due run waiting longer than one interval), "
+            "LATE (no success for more than two intervals of the schedule's own cadence), RETRYING (a run "
+            "waits to retry after a failed attempt; NOTE names it and says whether later slots are "
+            "skipped meanwhile), "
             "PAUSED, DISABLED or OK. NO-TICKER and TICKER-CRASHING concern the enabled, unpaused "
             "schedules. Exit code: 0 all healthy (OK, RETRYING, PAUSED, DISABLED), 1 any unhealthy, "
             "2 bad input such as an unknown schedule."

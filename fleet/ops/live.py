@@ -18,6 +18,7 @@ from fleet.ops.inspect import fleet_lines, live_processes, verdict_text
 from fleet.printable import printable
 from fleet.queries import q
 from fleet.results import ScheduleHealth
+from fleet.supervisor import ALERT_PROGRAM
 
 COLUMNS = (
     "SCHEDULE",
@@ -135,14 +136,16 @@ def _count(n: int, noun: str, plural: str | None = None) -> str:
 
 
 def host_line(processes: Sequence[ProcInfo]) -> str:
-    """supervisord's view of this host: the ticker and workers up (started or starting: a process
-    registers in the database while supervisord still calls it starting), and how many workers
-    `fleetctl scale` may run (supervisord's worker slots)."""
+    """supervisord's view of this host: the ticker, workers and alert processes up (started or
+    starting: a process registers in the database while supervisord still calls it starting), and
+    how many workers `fleetctl scale` may run (supervisord's worker slots)."""
     workers = [p for p in processes if p.slot is not None]
     up = [p for p in processes if p.state in UP_STATES]
-    tickers = sum(p.slot is None for p in up)
+    alerts = sum(p.group == ALERT_PROGRAM for p in up)
+    tickers = sum(p.slot is None for p in up) - alerts
     starting = sum(p.state == "STARTING" for p in up)
-    line = f"this host: {_count(tickers, 'ticker')}, {_count(len(up) - tickers, 'worker')}"
+    line = f"this host: {_count(tickers, 'ticker')}, {_count(len(up) - tickers - alerts, 'worker')}"
+    line += f", {_count(alerts, 'alert process', 'alert processes')}" if alerts else ""
     line += f" ({starting} starting)" if starting else ""
     return f"{line}; `fleetctl scale N` runs up to {len(workers)}"
 

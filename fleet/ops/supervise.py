@@ -24,7 +24,7 @@ GRACE_HELP = "seconds a stopping worker lets its jobs finish [env FLEET_GRACE] (
 def add_commands(sub: Any) -> dict[str, Command]:
     p = sub.add_parser(
         "supervisor-config",
-        help="print a supervisord configuration for this host (tickers and workers)",
+        help="print a supervisord configuration for this host (tickers, workers and alert processes)",
         description="Print a supervisord configuration running fleet on this host. Processes read "
         "FLEET_DATABASE_URL and other FLEET_* settings from an environment file at each start "
         "(through `fleetctl exec-env`), so no secret is written into the configuration.",
@@ -38,6 +38,13 @@ def add_commands(sub: Any) -> dict[str, Command]:
     )
     p.add_argument(
         "--tickers", metavar="M", type=int, default=1, help="tickers (1; more are safe and take over)"
+    )
+    p.add_argument(
+        "--alerts",
+        metavar="K",
+        type=int,
+        default=1,
+        help="alert processes, `fleetctl alert` (1; more are safe: each notice is sent by one)",
     )
     p.add_argument(
         "--app", metavar="MODULE", action="append", default=[], help="module that registers jobs (repeatable)"
@@ -198,6 +205,7 @@ def cmd_supervisor_config(args: argparse.Namespace) -> int:
         workers=args.workers,
         max_workers=args.max_workers,
         tickers=args.tickers,
+        alerts=args.alerts,
         apps=tuple(args.app),
         jobs_file=str(Path(args.jobs).absolute()) if args.jobs else None,
         env_file=str(Path(args.env_file).absolute()) if args.env_file else None,

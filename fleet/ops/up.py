@@ -28,11 +28,12 @@ from typing import Any
 
 import psycopg
 
+from fleet.alert_routes import AlertRoute, apply_routes, gather_all
 from fleet.apply import apply_specs
 from fleet.apps import import_apps
 from fleet.command_jobs import load_command_jobs
 from fleet.db import connect, redact, url_params
-from fleet.declare import declared, gather
+from fleet.declare import declared
 from fleet.embedded import (
     EMBEDDED_DIR,
     FLEET_DIR,
@@ -172,6 +173,7 @@ class Up:
         self.started_db = False
         self.embedded = False
         self.sources: list[str] = []  # where the schedules to apply come from
+        self.routes: list[AlertRoute] | None = None  # the alert routes of --schedules
         self.sv_proc: subprocess.Popen[bytes] | None = None
         self.sv: Supervisor | None = None
         self.known: list[ProcInfo] = []
@@ -266,7 +268,10 @@ class Up:
         files = [Path(self.args.schedules)] if self.args.schedules else []
         in_code = declared() if self.args.app else []
         self.sources = [str(f) for f in files] + [f"--app {m}" for m in self.args.app if in_code]
-        return gather(files, in_code) if files or in_code else None
+        if not files and not in_code:
+            return None
+        specs, self.routes = gather_all(files, in_code)
+        return specs
 
     def _load_jobs(self, apps: list[str], jobs_file: str | None) -> set[str]:
         """Import the app modules as a worker will (failing here beats workers failing under supervisord)."""
@@ -319,12 +324,19 @@ class Up:
             specs, source = load(text), "the example schedules (fleet/examples/schedules.toml)"
         else:
             source = " and ".join(self.sources)
-        r = apply_specs(conn, specs, prune=False)
+        with conn.transaction():
+            r = apply_specs(conn, specs, prune=False)
+            routed = apply_routes(conn, self.routes, prune=False) if self.routes else None
         changed = len(r.created) + len(r.updated) + len(r.replanned)
         self._say(
             f"applied {source}: {len(r.created)} created, {changed - len(r.created)} changed, "
             f"{len(r.unchanged)} unchanged"
         )
+        if routed is not None:
+            self._say(
+                f"alert routes: {len(routed.created)} created, {len(routed.updated)} changed, "
+                f"{len(routed.unchanged)} unchanged"
+            )
 
     def _warn_unserved(self, conn: psycopg.Connection[Any], served: set[str]) -> None:
         for row in conn.execute(q("schedule_jobs")):
@@ -391,7 +403,8 @@ class Up:
                     ) from None
                 time.sleep(0.1)
         self._say(
-            f"supervisord (pid {self.sv_proc.pid}) starts 1 ticker and {self.opts.workers} workers; "
+            f"supervisord (pid {self.sv_proc.pid}) starts 1 ticker, {self.opts.workers} workers and "
+            f"{self.opts.alerts} alert process; "
             f"logs in {self.logs}"
         )
 

@@ -442,3 +442,18 @@ FROM fleet.job_runs r
 WHERE r.status = 'dead' AND (cardinality(%(names)s::text[]) = 0 OR r.schedule_name = ANY(%(names)s::text[]))
 ORDER BY r.finished_at, r.schedule_name, r.scheduled_for
 LIMIT %(limit)s
+
+-- name: schedule_deadlines
+-- The schedules that have a deadline, with their timing and since when their slots count (created,
+-- changed or resumed): the health read finds the newest slot past its deadline of each.
+SELECT s.name, s.deadline, s.enabled, s.paused_at, s.broken_at, s.every, s.cron, s.timezone, s.start_at,
+       s.dst_repeated, s.dst_missing, greatest(s.updated_at, s.start_at) AS since
+FROM fleet.schedules s
+WHERE s.deadline IS NOT NULL AND (%(every)s OR s.name = ANY(%(names)s::text[]))
+
+-- name: run_deadline_missed
+-- Of the given slots (one per schedule), those without a successful run: no run, or one that is not done.
+SELECT d.name, d.slot
+FROM unnest(%(names)s::text[], %(slots)s::timestamptz[]) AS d(name, slot)
+LEFT JOIN fleet.job_runs r ON r.schedule_name = d.name AND r.scheduled_for = d.slot
+WHERE r.status IS DISTINCT FROM 'done'

@@ -25,6 +25,9 @@ EXPECTED_TABLES = {
     "chores",
     "schedule_stats",
     "slot_outcomes",
+    "alert_routes",
+    "alert_state",
+    "alert_outbox",
 }
 EXPECTED_INDEXES = {
     "job_runs_pending",
@@ -37,6 +40,7 @@ EXPECTED_INDEXES = {
     "slot_outcomes_pkey",
     "slot_outcomes_schedule",
     "slot_outcomes_age",
+    "alert_outbox_open",
 }
 
 

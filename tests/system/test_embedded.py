@@ -213,15 +213,16 @@ def test_down_stops_the_ticker_and_workers_of_a_killed_supervisord(short_dir: Pa
         def children() -> list[int]:
             with contextlib.suppress(SupervisorUnavailable):
                 procs = sv.processes()
-                if len(procs) == 2 and all(p.state == "RUNNING" for p in procs):
+                if len(procs) == 3 and all(p.state == "RUNNING" for p in procs):
                     return [p.pid for p in procs]
             return []
 
-        kids = wait_for(children, timeout=60, what="the ticker and the worker to run")
+        kids = wait_for(children, timeout=60, what="the ticker, the worker and the alert process to run")
         up.pids |= set(kids)
         sv_pid = read_pid(short_dir / ".fleet" / "supervisord.pid")
         assert sv_pid is not None
-        # `up` frozen (it cannot clean up), supervisord killed: its ticker and worker are orphans.
+        # `up` frozen (it cannot clean up), supervisord killed: its ticker, worker and alert process
+        # are orphans.
         up.popen.send_signal(signal.SIGSTOP)
         os.kill(sv_pid, signal.SIGKILL)
         wait_for(lambda: not alive(sv_pid), timeout=10, what="supervisord to die")

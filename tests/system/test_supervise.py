@@ -183,8 +183,8 @@ def test_supervisor_config_runs_ticker_and_workers_which_wait_for_the_schema(
     started = time.monotonic()
     with supervisord(conf, tmp_path / "supervisord.out", base_env()) as proc:
         sv = Supervisor(serverurl_from_config(conf))
-        first = wait_running(sv, 4)
-        assert sorted(first) == ["ticker_00", "worker_00", "worker_01", "worker_02"]
+        first = wait_running(sv, 5)
+        assert sorted(first) == ["alert_00", "ticker_00", "worker_00", "worker_01", "worker_02"]
         assert states(sv)["worker_03"].state == "STOPPED"  # a spare slot, for `fleetctl scale`
         time.sleep(2)  # a process that gave up on the missing schema would be restarting by now
         assert running(sv) == first, "no process may have exited while the schema was missing"
@@ -246,7 +246,7 @@ def test_worker_sigkilled_under_supervisord_is_restarted_and_its_run_finished(
     )
     with supervisord(conf, tmp_path / "supervisord.out", base_env()):
         sv = Supervisor(serverurl_from_config(conf))
-        before = wait_running(sv, 3)
+        before = wait_running(sv, 4)
         conn.execute(
             "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, run_after) "
             "SELECT name, date_trunc('second', now()), job, args, overlap, now() FROM fleet.schedules"
@@ -366,7 +366,7 @@ def test_up_in_an_empty_directory_runs_the_examples_and_ctrl_c_stops_everything(
             }
         sv = up.supervisor()
         # The runs can all be done before supervisord counts the processes as started (startsecs).
-        assert sorted(wait_running(sv, 3)) == ["ticker_00", "worker_00", "worker_01"]
+        assert sorted(wait_running(sv, 4)) == ["alert_00", "ticker_00", "worker_00", "worker_01"]
         up.learn_pids()
 
         second = subprocess.run(
@@ -387,7 +387,7 @@ def test_up_in_an_empty_directory_runs_the_examples_and_ctrl_c_stops_everything(
         assert up.popen.wait(timeout=90) == 0, up.output()
         stopped_after = time.monotonic() - sent
         out = up.output()
-        assert "this host: 1 ticker, 2 workers" in out, out
+        assert "this host: 1 ticker, 2 workers, 1 alert process" in out, out
         assert "fleetctl up: stopping 2 worker processes (" in out, out
         left = [pid for pid in up.pids if alive(pid)]
         assert left == [], f"processes left behind: {left}\n{up.output()}"
@@ -437,7 +437,7 @@ def test_scale_up_and_down_keeps_the_others_and_runs_each_slot_once(
         wait_for(lambda: (short_dir / ".fleet" / "supervisord.pid").exists(), timeout=30, what="supervisord")
         up.learn_pids()
         sv = up.supervisor()
-        two = wait_running(sv, 3)
+        two = wait_running(sv, 4)
         wait_for(
             lambda: scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'done'") >= 2,
             timeout=20,
@@ -450,7 +450,7 @@ def test_scale_up_and_down_keeps_the_others_and_runs_each_slot_once(
         up.learn_pids()
         assert scale.returncode == 0, scale
         four = running(sv)
-        assert sorted(four) == ["ticker_00", "worker_00", "worker_01", "worker_02", "worker_03"]
+        assert sorted(four) == ["alert_00", "ticker_00", "worker_00", "worker_01", "worker_02", "worker_03"]
         assert {k: four[k] for k in two} == two  # the ticker and the first workers kept running
         wait_for(
             lambda: (
@@ -470,8 +470,8 @@ def test_scale_up_and_down_keeps_the_others_and_runs_each_slot_once(
         )
         assert scale.returncode == 0, scale
         one = running(sv)
-        assert sorted(one) == ["ticker_00", "worker_00"]
-        assert one == {k: two[k] for k in ("ticker_00", "worker_00")}
+        assert sorted(one) == ["alert_00", "ticker_00", "worker_00"]
+        assert one == {k: two[k] for k in ("alert_00", "ticker_00", "worker_00")}
         too_many = subprocess.run(
             fleetctl_cmd("scale", "5"), cwd=short_dir, env=env, capture_output=True, text=True, timeout=30
         )

@@ -44,6 +44,7 @@ timeout = "10m"
 retry = { max_attempts = 3, base = "10s", cap = "5m" }
 dst_repeated = "last"
 dst_missing = "skip"
+deadline = "45m"
 """
 
 
@@ -64,8 +65,9 @@ def test_every_field_of_the_file_means_the_same_in_code() -> None:
         retry=fleet.Retry(max_attempts=3, base="10s", cap=timedelta(minutes=5)),
         dst_repeated="last",
         dst_missing="skip",
+        deadline="45m",
     )
-    assert in_code.spec() == from_file
+    assert in_code.spec() == from_file and from_file.deadline == timedelta(minutes=45)
     cron = fleet.Cron(
         "0 2 * * *",
         name="nightly-report",
@@ -81,6 +83,7 @@ def test_every_field_of_the_file_means_the_same_in_code() -> None:
         retry={"max_attempts": 3, "base": "10s", "cap": "5m"},
         dst_repeated="last",
         dst_missing="skip",
+        deadline=timedelta(minutes=45),
     )
     assert cron.spec() == from_file
 

@@ -78,10 +78,17 @@ def test_unknown_cadence_turns_off_late_and_backlog_only() -> None:
 
 
 def test_unhealthy_verdicts() -> None:
-    unhealthy = ["BROKEN", "DEAD", "NO-TICKER", "TICKER-CRASHING", "NO-WORKER", "BACKLOG", "LATE"]
+    unhealthy = ["BROKEN", "DEAD", "NO-TICKER", "TICKER-CRASHING", "NO-WORKER", "OVERDUE", "BACKLOG", "LATE"]
     assert set(unhealthy) == UNHEALTHY
     assert [v for v in SEVERITY if not is_healthy(v)] == unhealthy
     assert set(SEVERITY) == set(get_args(Verdict))  # every verdict has its place in the order
+
+
+def test_a_missed_deadline_is_overdue_below_no_worker_above_backlog() -> None:
+    assert verdict(replace(HOURLY, overdue=True)) == "OVERDUE" and not is_healthy("OVERDUE")
+    everything = replace(HOURLY, quiet_s=99999.0, oldest_pending_age_s=99999.0, unserved_runs=1, overdue=True)
+    assert problems(everything) == ["NO-WORKER", "OVERDUE", "BACKLOG", "LATE"]
+    assert problems(replace(HOURLY, overdue=False)) == []
 
 
 def test_a_broken_schedule_is_broken_before_anything_else() -> None:

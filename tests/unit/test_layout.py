@@ -1,6 +1,6 @@
-"""Dependencies point one way: the roles (fleet.ticker, fleet.worker, fleet.ops) import the core;
-the core imports none of them; ticker and worker never import each other; and no module imports
-itself back through others (no import circles), in the package or in the load test."""
+"""Dependencies point one way: the roles (fleet.ticker, fleet.worker, fleet.ops, fleet.alert) import
+the core; the core imports none of them; ticker, worker and alert never import each other; and no
+module imports itself back through others (no import circles), in the package or in the load test."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = ("fleet.ticker", "fleet.worker", "fleet.ops")
+ROLES = ("fleet.ticker", "fleet.worker", "fleet.ops", "fleet.alert")
 
 
 def modules() -> dict[str, Path]:
@@ -41,8 +41,9 @@ def role_of(module: str) -> str:
 
 FORBIDDEN = {
     "core": set(ROLES),
-    "fleet.ticker": {"fleet.worker", "fleet.ops"},
-    "fleet.worker": {"fleet.ticker", "fleet.ops"},
+    "fleet.ticker": {"fleet.worker", "fleet.ops", "fleet.alert"},
+    "fleet.worker": {"fleet.ticker", "fleet.ops", "fleet.alert"},
+    "fleet.alert": {"fleet.ticker", "fleet.worker", "fleet.ops"},
 }
 
 

@@ -51,7 +51,16 @@ def processes(so: ServerOptions) -> dict[str, Any]:
 def test_supervisord_accepts_it_ticker_and_worker_slots(tmp_path: Path) -> None:
     so = parse(tmp_path, render(options(tmp_path)))
     procs = processes(so)
-    assert sorted(procs) == ["ticker_00", "worker_00", "worker_01", "worker_02", "worker_03", "worker_04"]
+    assert sorted(procs) == [
+        "alert_00",
+        "ticker_00",
+        "worker_00",
+        "worker_01",
+        "worker_02",
+        "worker_03",
+        "worker_04",
+    ]
+    assert procs["alert_00"][0] == "fleet-alert"
     assert {procs[n][0] for n in procs if n.startswith("worker")} == {"fleet-workers"}
     assert procs["ticker_00"][0] == "fleet-ticker"
     # The first N slots start with supervisord; the others wait for `fleetctl scale`.
@@ -71,6 +80,14 @@ def test_supervisord_accepts_it_ticker_and_worker_slots(tmp_path: Path) -> None:
         f"{HOST}:worker_03",
     ]
     assert shlex.split(procs["ticker_00"][1].command)[-2:] == ["--id", f"{HOST}:ticker_00"]
+    # the alert process: `fleetctl alert` under exec-env, like the others
+    assert shlex.split(procs["alert_00"][1].command)[-5:] == [
+        "--",
+        "/opt/fleet/venv/bin/fleetctl",
+        "alert",
+        "--id",
+        f"{HOST}:alert_00",
+    ]
     for _group, p in procs.values():
         assert p.stopsignal == signal.SIGTERM and p.autorestart is RestartUnconditionally
         assert p.killasgroup and not p.stopasgroup
@@ -227,3 +244,13 @@ def test_env_file_round_trip() -> None:
         render_env({"FLEET_DATABASE_URL": "postgresql://u:p@h/db"})
         == "FLEET_DATABASE_URL=postgresql://u:p@h/db\n"
     )
+
+
+def test_alert_processes_scale_like_tickers_and_can_be_left_out(tmp_path: Path) -> None:
+    procs = processes(parse(tmp_path, render(options(tmp_path, alerts=2))))
+    assert sorted(n for n in procs if n.startswith("alert")) == ["alert_00", "alert_01"]
+    assert all(procs[n][1].autostart for n in ("alert_00", "alert_01"))
+    none = processes(parse(tmp_path, render(options(tmp_path, alerts=0)), "none.conf"))
+    assert not [n for n in none if n.startswith("alert")]
+    with pytest.raises(ConfigError, match="--alerts"):
+        render(options(tmp_path, alerts=-1))

@@ -69,6 +69,7 @@ VERDICT_MEANINGS: Final[dict[str, str]] = {
     "NO-TICKER": "no live ticker: no slot is created",
     "TICKER-CRASHING": "a ticker met an unexpected error lately",
     "NO-WORKER": "runs whose job no live worker serves",
+    "OVERDUE": "a slot's run was not done by its deadline",
     "BACKLOG": "a due run waits longer than an interval",
     "LATE": "no success for two intervals",
     "RETRYING": "a run waits to retry; under overlap skip, later slots are skipped meanwhile",
