@@ -5,7 +5,7 @@ every-second schedules."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from fleet.apply import apply_specs
 from fleet.db import connect
@@ -13,7 +13,7 @@ from fleet.schedfile import load
 from loadtest.bench import stamps
 from loadtest.bench.config import WORKER_FLAGS, Bench
 from loadtest.bench.procs import env_for, fleet_cmd
-from loadtest.bench.report import Report, median, percentile
+from loadtest.bench.report import Report, add_lags, firing_interval, median, percentile
 from loadtest.bench.server import wait_until
 
 BURST = 1_000
@@ -69,40 +69,12 @@ def fleet_lag(
     return to_start, [r["lag"] for r in rows], kept
 
 
-def add_lags(
-    report: Report, key: str, label: str, lags: Sequence[float], p50: str = "", p99: str = "", mx: str = ""
-) -> None:
-    ms = [x * 1000 for x in lags]
-    limits = {"p50": p50, "p99": p99, "max": mx}
-    values = {"p50": percentile(ms, 50), "p99": percentile(ms, 99), "max": max(ms) if ms else float("nan")}
-    for name, v in values.items():
-        target = limits[name]
-        report.add(
-            f"{key}.{name}",
-            f"{label}: {name} ({len(ms)} runs)",
-            v,
-            "ms",
-            target=target,
-            ok=_below(float(target.split()[-1])) if target else None,
-        )
-
-
-def _below(bound: float) -> Callable[[float], bool]:
-    return lambda x: x < bound
-
-
 def last_starts(kept: Sequence[tuple[float, float]]) -> list[float]:
     """Per slot of `kept` (slot, handler start) pairs, seconds from the slot to its last start."""
     last: dict[float, float] = {}
     for slot, start in kept:
         last[slot] = max(start, last.get(slot, start))
     return [last[slot] - slot for slot in sorted(last)]
-
-
-def firing_interval(starts: Sequence[float]) -> float:
-    """Mean time between consecutive firings of one schedule."""
-    starts = sorted(starts)
-    return (starts[-1] - starts[0]) / (len(starts) - 1) if len(starts) > 1 else float("nan")
 
 
 def run(bench: Bench, report: Report) -> None:

@@ -13,7 +13,7 @@ from loadtest.bench import stamps
 from loadtest.bench.config import PEERS, Bench
 from loadtest.bench.peer_install import PeerUnavailable
 from loadtest.bench.peer_procs import HERD, Herd, herd_trial
-from loadtest.bench.report import Report, median
+from loadtest.bench.report import Report, add_lags, firing_interval, median
 from loadtest.bench.trial import Contender
 
 T = TypeVar("T")
@@ -66,7 +66,6 @@ def drain_contenders(bench: Bench, report: Report) -> list[Contender]:
 
 def lag(bench: Bench, report: Report) -> None:
     """Each selected peer's recurring schedule, and for graphile-worker and DBOS the herd."""
-    from loadtest.bench.lag import add_lags, firing_interval
 
     for name in ("procrastinate", "pgqueuer"):
         if name not in bench.opts.peers:

@@ -139,3 +139,31 @@ class Report:
     def json(self) -> bytes:
         doc = {"meta": self.meta, "figures": [asdict(f) for f in self.figures], "notes": self.notes}
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+
+
+def add_lags(
+    report: Report, key: str, label: str, lags: Sequence[float], p50: str = "", p99: str = "", mx: str = ""
+) -> None:
+    ms = [x * 1000 for x in lags]
+    limits = {"p50": p50, "p99": p99, "max": mx}
+    values = {"p50": percentile(ms, 50), "p99": percentile(ms, 99), "max": max(ms) if ms else float("nan")}
+    for name, v in values.items():
+        target = limits[name]
+        report.add(
+            f"{key}.{name}",
+            f"{label}: {name} ({len(ms)} runs)",
+            v,
+            "ms",
+            target=target,
+            ok=_below(float(target.split()[-1])) if target else None,
+        )
+
+
+def _below(bound: float) -> Callable[[float], bool]:
+    return lambda x: x < bound
+
+
+def firing_interval(starts: Sequence[float]) -> float:
+    """Mean time between consecutive firings of one schedule."""
+    starts = sorted(starts)
+    return (starts[-1] - starts[0]) / (len(starts) - 1) if len(starts) > 1 else float("nan")
