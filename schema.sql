@@ -55,6 +55,8 @@ CREATE TABLE fleet.job_runs (
     span_id text,
     traced boolean NOT NULL DEFAULT false,
     start_by timestamp with time zone,
+    result jsonb,
+    run_window jsonb,
     CONSTRAINT job_runs_finite_times CHECK ((isfinite(scheduled_for) AND isfinite(run_after) AND isfinite(locked_until) AND isfinite(started_at) AND isfinite(finished_at))) NOT VALID,
     CONSTRAINT job_runs_origin_check CHECK ((origin = ANY (ARRAY['schedule'::text, 'trigger'::text, 'backfill'::text]))),
     CONSTRAINT job_runs_start_by_finite CHECK (isfinite(start_by)) NOT VALID,
@@ -151,6 +153,8 @@ CREATE TABLE fleet.schedules (
     cadence_gap interval,
     broken_at timestamp with time zone,
     broken_error text,
+    spread interval,
+    spread_offset interval NOT NULL DEFAULT '00:00:00'::interval,
     CONSTRAINT schedules_catchup_check CHECK ((catchup = ANY (ARRAY['skip'::text, 'latest'::text, 'all'::text]))),
     CONSTRAINT schedules_check CHECK (((every IS NULL) <> (cron IS NULL))),
     CONSTRAINT schedules_dst_missing_check CHECK ((dst_missing = ANY (ARRAY['shift'::text, 'skip'::text]))),
@@ -162,12 +166,38 @@ CREATE TABLE fleet.schedules (
     CONSTRAINT schedules_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$'::text)),
     CONSTRAINT schedules_overlap_check CHECK ((overlap = ANY (ARRAY['allow'::text, 'skip'::text, 'queue'::text]))),
     CONSTRAINT schedules_retention_check CHECK ((retention > '00:00:00'::interval)),
+    CONSTRAINT schedules_spread_offset CHECK (((spread_offset >= '00:00:00'::interval) AND (spread_offset < '3660 days'::interval))) NOT VALID,
     CONSTRAINT schedules_pkey PRIMARY KEY (name)
 );
 ALTER TABLE fleet.schedules SET (autovacuum_vacuum_scale_factor=0.05);
 CREATE INDEX schedules_cadence_expiry ON fleet.schedules USING btree (COALESCE(cadence_mid, cadence_until, '-infinity'::timestamp with time zone)) WHERE (cron IS NOT NULL);
 CREATE INDEX schedules_cadence_outdated ON fleet.schedules USING btree (name) WHERE ((cron IS NOT NULL) AND (cadence_hash IS DISTINCT FROM timing_hash));
 CREATE INDEX schedules_due ON fleet.schedules USING btree (next_run_at) WHERE (enabled AND (paused_at IS NULL));
+
+CREATE OR REPLACE FUNCTION fleet.claim_window(r fleet.job_runs)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+DECLARE
+    slot timestamptz;
+    returned jsonb;
+BEGIN
+    IF r.attempts > 0 THEN
+        RETURN r.run_window;
+    END IF;
+    SELECT p.scheduled_for, p.result INTO slot, returned
+    FROM fleet.job_runs p
+    WHERE p.schedule_name = r.schedule_name AND p.scheduled_for < r.scheduled_for AND p.status = 'done'
+    ORDER BY p.scheduled_for DESC
+    LIMIT 1;
+    IF slot IS NULL THEN
+        RETURN r.run_window;
+    END IF;
+    RETURN coalesce(r.run_window, '{}')
+        || jsonb_build_object('previous_slot', slot, 'previous_result', returned);
+END
+$function$;
 
 CREATE OR REPLACE FUNCTION fleet.delete_attempts()
  RETURNS trigger

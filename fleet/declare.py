@@ -48,6 +48,7 @@ class ScheduleFields(TypedDict, total=False):
     retention: Duration
     dst_repeated: Literal["first", "last"]
     dst_missing: Literal["shift", "skip"]
+    spread: Duration
 
 
 _DECLARED: list[Schedule] = []

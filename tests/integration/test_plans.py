@@ -94,6 +94,7 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
             "errors": [None],
             "delays": [0.0],
             "spent": [0],
+            "results": [None],
             "worker": "w",
             "host": "h",
             "pid": 1,
@@ -111,6 +112,7 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
             "statuses": ["pending"],
             "reasons": [None],
             "start_bys": [None],
+            "windows": [None],
             "origin": "schedule",
             "now": None,
             "trace_id": None,
@@ -128,7 +130,9 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
     assert "Seq Scan on fleet.job_runs" not in confirm and confirm.count("job_runs_start_by") == 2, confirm
     stale = plan(big, "run_stale", {"names": ["s1"], "now": None})
     assert "Seq Scan on fleet.job_runs" not in stale and "job_runs_start_by" in stale, stale
-    settle = plan(big, "run_settle", {"names": ["s1"], "slots": [T0], "reasons": [None], "now": None})
+    settle = plan(
+        big, "run_settle", {"names": ["s1"], "slots": [T0], "reasons": [None], "windows": [None], "now": None}
+    )
     assert "Seq Scan on fleet.job_runs" not in settle, settle
     tick_wait = plan(big, "schedule_next_wait", {"now": None, "lookahead": margin, "margin": margin})
     assert "Seq Scan on fleet.job_runs" not in tick_wait and "job_runs_start_by" in tick_wait, tick_wait
@@ -176,6 +180,7 @@ def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -
                 "errors": [],
                 "delays": [],
                 "spent": [],
+                "results": [],
                 "worker": "w",
                 "host": "h",
                 "pid": 1,
