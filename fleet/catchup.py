@@ -138,7 +138,7 @@ def _plan_due(
             _keep(plan, s, late_now, max_lateness)
         plan.next_run_at = _next_slot(timing, slots[-1] if slots else now)
         if plan.missed and slots:
-            plan.collapsed = _collapsed(timing, next_run_at, slots[0])
+            plan.collapsed = _collapsed(timing, next_run_at, slots[0], plan.missed)
         return plan
 
     # On time: within the grace period, and (a long grace) among the newest max_catchup slots.
@@ -159,23 +159,25 @@ def _plan_due(
     if catchup == "latest" and plan.missed:
         first = min([*plan.run, *(slot for slot, _ in plan.skipped)], default=None)
         if first is not None:
-            plan.collapsed = _collapsed(timing, next_run_at, first)
+            plan.collapsed = _collapsed(timing, next_run_at, first, plan.missed)
     return plan
 
 
-def _collapsed(timing: Timing, start: datetime, before: datetime) -> Collapsed | None:
-    """The slots in [start, before): how many (exactly for an interval, up to DROPPED_COUNT_LIMIT
-    more than one for cron), the first and the last; None when there are none. Informational: a
-    timing that cannot say leaves it out rather than failing the plan."""
+def _collapsed(timing: Timing, start: datetime, before: datetime, counted: int) -> Collapsed | None:
+    """The slots in [start, before), which the plan dropped (`counted` of them, as the policy
+    counted them: up to DROPPED_COUNT_LIMIT), with the first and the last; an interval's are
+    counted exactly. None when there are none. Informational: a timing that cannot say leaves it
+    out rather than failing the plan."""
     try:
         first = first_slot_at_or_after(timing, start)
         last = latest_slot_at_or_before(timing, before - _MICROSECOND)
-        if first is None or last is None or first > last:
-            return None
-        _, before_last = newest_slots_from(timing, first, last, 1)
     except (TimingError, OverflowError):
         return None
-    return Collapsed(before_last + 1, first, last)
+    if first is None or last is None or first > last:
+        return None
+    if timing.every is not None:
+        counted = (last - first) // timing.every + 1
+    return Collapsed(counted, first, last)
 
 
 def _next_slot(timing: Timing, after: datetime) -> datetime | None:
