@@ -121,7 +121,8 @@ def result_json(value: Any, max_bytes: int = MAX_RESULT_BYTES) -> tuple[bytes | 
 
 def _not_plain(value: Any) -> str | None:
     """What orjson writes but would not read back the same: a float that is not finite (written
-    as null), a NUL character. The walk goes only as deep as orjson accepted."""
+    as null), a NUL character, a value of another type than JSON's (a UUID, an enum). The walk
+    goes only as deep as orjson accepted."""
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{value!r} is not a finite number"
     if isinstance(value, str):
@@ -137,4 +138,8 @@ def _not_plain(value: Any) -> str | None:
             found = _not_plain(v)
             if found:
                 return found
-    return None
+        return None
+    if value is None or isinstance(value, int | bool):
+        return None
+    # what orjson writes as something else (a UUID as a string, an enum as its value)
+    return f"a {type(value).__name__} is not a JSON value"
