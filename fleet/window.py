@@ -68,6 +68,25 @@ def window_of(stored: dict[str, Any] | None) -> Window:
     return Window(_instant(stored, "previous_slot"), stored.get("previous_result"), folded)
 
 
+def window_text(window: Window) -> str:
+    """The window as JSON, as a command job reads it from FLEET_WINDOW: `previous_slot` (ISO-8601
+    UTC or null), `previous_result`, and `collapsed` (null, or `count`, `first` and `last`)."""
+    c = window.collapsed
+    return orjson.dumps(
+        {
+            "previous_slot": _iso(window.previous_slot),
+            "previous_result": window.previous_result,
+            "collapsed": None
+            if c is None
+            else {"count": c.count, "first": _iso(c.first), "last": _iso(c.last)},
+        }
+    ).decode()
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
 def window_json(collapsed: Collapsed | None) -> str | None:
     """The `run_window` a run is created (or settled) with: the slots folded into it, if any."""
     if collapsed is None:

@@ -9,6 +9,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import pytest
 
 from fleet.catchup import StaleRun, plan_slots, settle_stale, settled_collapsed
@@ -264,3 +265,34 @@ def test_stale_runs_settle_from_their_start_and_the_kept_one_stands_for_the_othe
     decided = settle_stale("latest", stale, 0, now, max_lateness=35 * SEC, max_catchup=None)
     assert decided[2] == "max_lateness: 0:00:40 late (limit 0:00:35)"
     assert settled_collapsed("latest", stale, decided) is None  # nothing kept
+
+
+def test_a_command_job_reads_its_window_from_the_environment(tmp_path: Any) -> None:
+    from fleet.command_jobs import CommandJob
+    from fleet.jobs import JobContext
+
+    out = tmp_path / "window.txt"
+    job = CommandJob(
+        "report",
+        ("/bin/sh", "-c", f'printf "%s\\n%s" "$FLEET_PREVIOUS_SLOT" "$FLEET_WINDOW" > {out}'),
+        {},
+        frozenset(),
+        None,
+        5.0,
+    )
+    window = Window(T0, {"cursor": 7}, Collapsed(2, T0 + 15 * MIN, T0 + 30 * MIN))
+    job(JobContext("q", T0 + 45 * MIN, 1, {}, "w", "report", window=window))
+    previous, whole = out.read_text().splitlines()
+    assert previous == "2026-11-02T10:00:00Z"
+    assert orjson.loads(whole) == {
+        "previous_slot": "2026-11-02T10:00:00Z",
+        "previous_result": {"cursor": 7},
+        "collapsed": {"count": 2, "first": "2026-11-02T10:15:00Z", "last": "2026-11-02T10:30:00Z"},
+    }
+    job(JobContext("q", T0, 1, {}, "w", "report"))  # the first run ever
+    previous, whole = out.read_text().split("\n")
+    assert previous == "" and orjson.loads(whole) == {
+        "previous_slot": None,
+        "previous_result": None,
+        "collapsed": None,
+    }
