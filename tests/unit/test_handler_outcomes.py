@@ -73,7 +73,7 @@ def test_an_async_handler_runs_to_completion_and_cancellation_is_cancelled() -> 
 
     assert asyncio.run(execute_async(handler, ctx())) == ("done", None, None) and steps == ["start", "done"]
 
-    async def cancelled() -> tuple[str, str | None]:
+    async def cancelled() -> tuple[str, str | None, bytes | None]:
         async def forever(c: JobContext) -> None:
             await asyncio.sleep(3600)
 
