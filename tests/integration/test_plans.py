@@ -245,3 +245,24 @@ def test_the_rollup_asks_for_one_due_run(conn: psycopg.Connection[Any]) -> None:
     assert pending and all("Index" in line for line in pending), got
     assert re.search(r"actual rows=1(\.00)? loops=1\)", pending[0]), got  # one entry read, of 20,000
     assert "Sort" not in got and "Bitmap" not in got and "Seq Scan" not in got, got
+
+
+def test_a_first_claim_reads_its_window_through_the_primary_key(big: psycopg.Connection[Any]) -> None:
+    # fleet.claim_window runs for each run claimed: the newest success before the slot is one
+    # backward probe of the primary key (a handful of pages), not a walk of the schedule's history
+    # or of the table. The pages a node reads include those of the functions it calls.
+    sql = (
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT fleet.claim_window(r) FROM fleet.job_runs r "
+        "WHERE r.schedule_name = 's1' AND r.scheduled_for = %s"
+    )
+    for _ in range(8):  # past the function's custom plans, onto the one it keeps
+        (found,) = big.execute(sql, (T0,)).fetchall()
+    node = found["QUERY PLAN"][0]["Plan"]
+    pages = node["Shared Hit Blocks"] + node["Shared Read Blocks"]
+    assert pages < 30, (pages, node)
+    window = big.execute(
+        "SELECT fleet.claim_window(r) AS w FROM fleet.job_runs r WHERE r.schedule_name = 's1' "
+        "AND r.scheduled_for = %s",
+        (T0,),
+    ).fetchone()
+    assert window is not None and window["w"]["previous_slot"] is not None
