@@ -258,8 +258,9 @@ def start_at_text(draw: st.DrawFn) -> str:
 
 
 @st.composite
-def entries(draw: st.DrawFn) -> dict[str, Any]:
-    """A [[schedule]] table as a file holds it (not all accepted)."""
+def entries(draw: st.DrawFn, spread: bool = False) -> dict[str, Any]:
+    """A [[schedule]] table as a file holds it (not all accepted); with a `spread` when asked (a
+    draw of its own, after the others: the examples without it stay those they were)."""
     entry: dict[str, Any] = {"name": "s", "job": "noop"}
     if draw(st.booleans()):
         entry["every"] = draw(EVERY)
@@ -274,11 +275,12 @@ def entries(draw: st.DrawFn) -> dict[str, Any]:
         "max_lateness": DURATION,
         "dst_repeated": st.sampled_from(["first", "last"]),
         "dst_missing": st.sampled_from(["shift", "skip"]),
-        "spread": st.one_of(st.sampled_from(["0s", "1ms", "30s", "59s", "1h"]), DURATION),
     }
     for key, strategy in optional.items():
         if draw(st.booleans()):
             entry[key] = draw(strategy)
+    if spread:
+        entry["spread"] = draw(st.one_of(st.sampled_from(["0s", "1ms", "30s", "59s", "1h"]), DURATION))
     return entry
 
 
@@ -519,6 +521,37 @@ def test_one_tick_keeps_the_bounds(entry: dict[str, Any], applied_at: datetime, 
     s = store(spec, applied_at)
     now = s.next_run_at + later
     note(f"next_run_at={s.next_run_at.isoformat()} now={now.isoformat()}")
+    p = plan(s, s.next_run_at, now)
+    if p is not None:
+        check_plan(s, s.next_run_at, now, p)
+
+
+@PROPERTY
+@given(entry=entries(spread=True), applied_at=APPLIED, later=LATER)
+@example(
+    entry={"name": "s", "job": "noop", "every": "1m", "catchup": "skip", "spread": "59.999999s"},
+    applied_at=datetime(2026, 1, 1, tzinfo=UTC),
+    later=timedelta(seconds=61),
+)
+@example(
+    entry={"name": "s", "job": "noop", "cron": "0 * * * *", "spread": "3660d", "max_lateness": "1us"},
+    applied_at=datetime(2026, 1, 1, tzinfo=UTC),
+    later=10 * YEAR,
+)
+@example(
+    entry={"name": "s", "job": "noop", "every": "3660d", "spread": "3659d", "catchup": "all"},
+    applied_at=datetime(2990, 1, 1, tzinfo=UTC),
+    later=timedelta(0),
+)
+def test_a_spread_schedule_keeps_the_bounds(
+    entry: dict[str, Any], applied_at: datetime, later: timedelta
+) -> None:
+    # Whatever spread the file accepts (a cron's is bounded by apply, not here: any is planned),
+    # the offset is within it and a tick keeps every bound, lateness counted from slot + offset.
+    spec = accepted_spec(entry)
+    s = store(spec, applied_at)
+    now = s.next_run_at + later
+    note(f"next_run_at={s.next_run_at.isoformat()} now={now.isoformat()} offset={spec.spread_offset()}")
     p = plan(s, s.next_run_at, now)
     if p is not None:
         check_plan(s, s.next_run_at, now, p)
