@@ -296,3 +296,15 @@ def test_a_command_job_reads_its_window_from_the_environment(tmp_path: Any) -> N
         "previous_result": None,
         "collapsed": None,
     }
+
+
+def test_a_schedule_declared_in_code_takes_a_spread_as_the_file_does() -> None:
+    import fleet
+
+    spec = fleet.Every("15m", name="sync", job="crm.sync", spread=timedelta(seconds=90)).spec()
+    assert spec.spread == 90 * SEC and spec.spread_offset() == spread_offset("sync", 90 * SEC)
+    bad = fleet.Every("1m", name="sync2", job="crm.sync", spread="2m")
+    _, errs = bad.check()
+    assert len(errs) == 1 and errs[0].endswith(
+        "schedule 'sync2': spread: must be less than the interval ('1m'), got '2m'"
+    )
