@@ -65,6 +65,7 @@ CREATE TABLE fleet.job_runs (
 );
 ALTER TABLE fleet.job_runs SET (autovacuum_analyze_scale_factor=0, autovacuum_analyze_threshold=5000, autovacuum_vacuum_scale_factor=0.01, autovacuum_vacuum_threshold=5000);
 CREATE INDEX job_runs_dead ON fleet.job_runs USING btree (schedule_name) WHERE (status = 'dead'::fleet.run_status);
+CREATE INDEX job_runs_done ON fleet.job_runs USING btree (schedule_name, scheduled_for) WHERE (status = 'done'::fleet.run_status);
 CREATE INDEX job_runs_finished ON fleet.job_runs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::fleet.run_status, 'dead'::fleet.run_status, 'skipped'::fleet.run_status]));
 CREATE INDEX job_runs_leases ON fleet.job_runs USING btree (locked_until) WHERE (status = 'running'::fleet.run_status);
 CREATE INDEX job_runs_open ON fleet.job_runs USING btree (schedule_name, scheduled_for) WHERE (status = ANY (ARRAY['pending'::fleet.run_status, 'running'::fleet.run_status]));

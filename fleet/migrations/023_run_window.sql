@@ -11,9 +11,15 @@ ALTER TABLE fleet.job_runs
     ADD COLUMN result jsonb,
     ADD COLUMN run_window jsonb;
 
+-- Each schedule's successful runs by slot: the newest success before a slot is one probe, however
+-- many pending, running, dead or skipped runs lie between (a backlog, a backfill, a schedule that
+-- keeps failing). Built here without CONCURRENTLY (migrations run in a transaction): on a large
+-- job_runs it takes a while, during which runs are not written.
+CREATE INDEX job_runs_done ON fleet.job_runs (schedule_name, scheduled_for) WHERE status = 'done';
+
 -- The window of a run being claimed (`r`, as it was before the claim): on its first claim (no
 -- attempt yet), its stored window with the newest successful run before its slot added (one
--- backward probe of the primary key); on any later claim, its window as it is. A function so that
+-- probe of job_runs_done); on any later claim, its window as it is. A function so that
 -- the claim statement stays short enough for the driver to keep its parsed form.
 CREATE FUNCTION fleet.claim_window(r fleet.job_runs) RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
 DECLARE
