@@ -175,31 +175,6 @@ CREATE INDEX schedules_cadence_expiry ON fleet.schedules USING btree (COALESCE(c
 CREATE INDEX schedules_cadence_outdated ON fleet.schedules USING btree (name) WHERE ((cron IS NOT NULL) AND (cadence_hash IS DISTINCT FROM timing_hash));
 CREATE INDEX schedules_due ON fleet.schedules USING btree (next_run_at) WHERE (enabled AND (paused_at IS NULL));
 
-CREATE OR REPLACE FUNCTION fleet.claim_window(r fleet.job_runs)
- RETURNS jsonb
- LANGUAGE plpgsql
- STABLE
-AS $function$
-DECLARE
-    slot timestamptz;
-    returned jsonb;
-BEGIN
-    IF r.attempts > 0 THEN
-        RETURN r.run_window;
-    END IF;
-    SELECT p.scheduled_for, p.result INTO slot, returned
-    FROM fleet.job_runs p
-    WHERE p.schedule_name = r.schedule_name AND p.scheduled_for < r.scheduled_for AND p.status = 'done'
-    ORDER BY p.scheduled_for DESC
-    LIMIT 1;
-    IF slot IS NULL THEN
-        RETURN r.run_window;
-    END IF;
-    RETURN coalesce(r.run_window, '{}')
-        || jsonb_build_object('previous_slot', slot, 'previous_result', returned);
-END
-$function$;
-
 CREATE OR REPLACE FUNCTION fleet.delete_attempts()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -212,4 +187,17 @@ BEGIN
     WHERE a.schedule_name = g.schedule_name AND a.scheduled_for = g.scheduled_for;
     RETURN NULL;
 END
+$function$;
+
+CREATE OR REPLACE FUNCTION fleet.previous_success(run_schedule text, run_slot timestamp with time zone, run_attempts integer)
+ RETURNS TABLE(found jsonb)
+ LANGUAGE sql
+ STABLE ROWS 1
+AS $function$
+    SELECT jsonb_build_object('previous_slot', p.scheduled_for, 'previous_result', p.result)
+    FROM fleet.job_runs p
+    WHERE run_attempts = 0 AND p.schedule_name = run_schedule AND p.scheduled_for < run_slot
+      AND p.status = 'done'
+    ORDER BY p.scheduled_for DESC
+    LIMIT 1
 $function$;

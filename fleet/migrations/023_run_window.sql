@@ -5,7 +5,7 @@
 -- `collapsed_first` and `collapsed_last` (the slots the catch-up policy dropped or skipped in
 -- favour of this run), written when the run is created or settled; `previous_slot` and
 -- `previous_result` (the schedule's newest successful run before this slot, and its result), added
--- by the run's first claim (fleet.claim_window) and kept for every later attempt, so that every
+-- by the run's first claim (fleet.previous_success) and kept for every later attempt, so that every
 -- attempt of a slot sees the same window whatever finished meanwhile.
 ALTER TABLE fleet.job_runs
     ADD COLUMN result jsonb,
@@ -17,29 +17,19 @@ ALTER TABLE fleet.job_runs
 -- job_runs it takes a while, during which runs are not written.
 CREATE INDEX job_runs_done ON fleet.job_runs (schedule_name, scheduled_for) WHERE status = 'done';
 
--- The window of a run being claimed (`r`, as it was before the claim): on its first claim (no
--- attempt yet), its stored window with the newest successful run before its slot added (one
--- probe of job_runs_done); on any later claim, its window as it is. A function so that
--- the claim statement stays short enough for the driver to keep its parsed form.
-CREATE FUNCTION fleet.claim_window(r fleet.job_runs) RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    slot timestamptz;
-    returned jsonb;
-BEGIN
-    IF r.attempts > 0 THEN
-        RETURN r.run_window;
-    END IF;
-    SELECT p.scheduled_for, p.result INTO slot, returned
+-- What a run's first claim adds to its window: the schedule's newest successful run before the
+-- run's slot, and that run's result (one probe of job_runs_done); no row on a later claim (the run
+-- has attempts already: its window stays as it is). A set-returning SQL function of one SELECT, so
+-- that the planner inlines it into the claim, which stays short enough for the driver to keep its
+-- parsed form.
+CREATE FUNCTION fleet.previous_success(run_schedule text, run_slot timestamptz, run_attempts integer)
+RETURNS TABLE (found jsonb) LANGUAGE sql STABLE ROWS 1 AS $$
+    SELECT jsonb_build_object('previous_slot', p.scheduled_for, 'previous_result', p.result)
     FROM fleet.job_runs p
-    WHERE p.schedule_name = r.schedule_name AND p.scheduled_for < r.scheduled_for AND p.status = 'done'
+    WHERE run_attempts = 0 AND p.schedule_name = run_schedule AND p.scheduled_for < run_slot
+      AND p.status = 'done'
     ORDER BY p.scheduled_for DESC
-    LIMIT 1;
-    IF slot IS NULL THEN
-        RETURN r.run_window;
-    END IF;
-    RETURN coalesce(r.run_window, '{}')
-        || jsonb_build_object('previous_slot', slot, 'previous_result', returned);
-END
+    LIMIT 1
 $$;
 
 -- spread: the schedule's start spread as the file gives it (NULL: none). spread_offset: where in it

@@ -77,8 +77,9 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- `now` has no cast (coalesce with now() gives it its type): the statement stays under psycopg's
 -- 4 kB cache limit.
 -- A run's first claim (attempts still 0) adds to its window the schedule's newest successful run
--- before its slot and that run's result (fleet.claim_window), kept on the run so that every later
--- attempt sees the same window whatever finished meanwhile.
+-- before its slot and that run's result (fleet.previous_success, inlined: one probe of
+-- job_runs_done), kept on the run so that every later attempt sees the same window whatever
+-- finished meanwhile.
 WITH expired AS (
     SELECT r.*
     FROM fleet.job_runs r
@@ -129,11 +130,12 @@ claimed AS (
         span_id = encode(substr(%(ids)b::bytea, c.n * 24 - 7, 8), 'hex'),
         traced = %(traced)b,
         start_by = NULL,
-        run_window = fleet.claim_window(r)
-    FROM (SELECT c.schedule_name, c.scheduled_for, row_number() OVER ()::int AS n FROM cand c
+        run_window = coalesce(r.run_window || w.found, r.run_window, w.found)
+    FROM (SELECT c.schedule_name, c.scheduled_for, c.attempts, row_number() OVER ()::int AS n FROM cand c
           WHERE c.overlap = 'allow'
              OR EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
           OFFSET 0) c
+    LEFT JOIN LATERAL fleet.previous_success(c.schedule_name, c.scheduled_for, c.attempts) w ON true
     WHERE r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
     RETURNING r.schedule_name, r.scheduled_for, r.job, nullif(r.args, '{}') AS args, r.attempts, r.failures,
               r.origin, r.started_at, r.trace_id, r.span_id, r.created_trace_id, r.created_span_id,

@@ -248,10 +248,9 @@ def test_the_rollup_asks_for_one_due_run(conn: psycopg.Connection[Any]) -> None:
 
 
 def test_a_first_claim_reads_its_window_through_its_index(big: psycopg.Connection[Any]) -> None:
-    # fleet.claim_window runs for each run claimed: the newest success before the slot is one
-    # probe of job_runs_done (a handful of pages), not a walk of the schedule's history or of the
-    # table, even with a backlog of 20,000 open and dead runs of the schedule in between. The pages
-    # a node reads include those of the functions it calls.
+    # For each run claimed, the newest success before its slot is one probe of job_runs_done
+    # (fleet.previous_success, inlined into the claim), not a walk of the schedule's history or of
+    # the table, even with a backlog of 20,000 open and dead runs of the schedule in between.
     big.execute(
         "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, status, run_after) "
         "SELECT 's1', %s - make_interval(secs => g / 10.0), 'noop', "
@@ -260,18 +259,20 @@ def test_a_first_claim_reads_its_window_through_its_index(big: psycopg.Connectio
         (T0, T0),
     )
     big.execute("ANALYZE fleet.job_runs")
-    sql = (
-        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT fleet.claim_window(r) FROM fleet.job_runs r "
-        "WHERE r.schedule_name = 's1' AND r.scheduled_for = %s"
-    )
-    for _ in range(8):  # past the function's custom plans, onto the one it keeps
-        (found,) = big.execute(sql, (T0,)).fetchall()
-    node = found["QUERY PLAN"][0]["Plan"]
-    pages = node["Shared Hit Blocks"] + node["Shared Read Blocks"]
-    assert pages < 30, (pages, node)
-    window = big.execute(
-        "SELECT fleet.claim_window(r) AS w FROM fleet.job_runs r WHERE r.schedule_name = 's1' "
-        "AND r.scheduled_for = %s",
-        (T0,),
-    ).fetchone()
-    assert window is not None and window["w"]["previous_slot"] is not None
+    params = claim_params(worker_id="w", jobs=["noop"], limit=100, lease_s=10, now=T0 + timedelta(seconds=1))
+    got = plan(big, "run_claim", params)
+    claimed = got[got.index("CTE claimed") : got.index("CTE skipped")]
+    assert "Index Scan Backward using job_runs_done" in claimed, claimed
+    assert "Function Scan" not in claimed and "Sort" not in claimed, claimed
+    # and as it runs: one entry read per run claimed, a handful of pages each
+    with big.transaction(force_rollback=True):
+        rows = big.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + q("run_claim"), params).fetchall()
+    probes = [n for n in _nodes(rows[0]["QUERY PLAN"][0]["Plan"]) if n.get("Index Name") == "job_runs_done"]
+    (probe,) = probes
+    assert probe["Actual Loops"] >= 50 and probe["Actual Rows"] <= 1, probe
+    pages = probe["Shared Hit Blocks"] + probe["Shared Read Blocks"]
+    assert pages <= 5 * probe["Actual Loops"], probe
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node, *(n for child in node.get("Plans", []) for n in _nodes(child))]
