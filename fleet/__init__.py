@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from fleet.jobs import JobContext, job
     from fleet.ledger import ScheduleLedger, SlotRange, Verification
     from fleet.results import Attempt, Run, RunHistory, RunStatus, ScheduleHealth, Triggered
+    from fleet.window import Collapsed, Window
 
 # The rest is imported on first use: an application's job module imports `fleet` for `@fleet.job`
 # alone, without the database driver and its settings, and fleetctl starts without what its command
@@ -51,6 +52,7 @@ _LAZY = {
     **dict.fromkeys(("Cron", "Every", "Retry", "Schedule"), "fleet.declare"),
     **dict.fromkeys(("JobContext", "job"), "fleet.jobs"),
     **dict.fromkeys(("ScheduleLedger", "SlotRange", "Verification"), "fleet.ledger"),
+    **dict.fromkeys(("Collapsed", "Window"), "fleet.window"),
     **dict.fromkeys(
         ("Attempt", "Run", "RunHistory", "RunStatus", "ScheduleHealth", "Triggered"), "fleet.results"
     ),
@@ -70,6 +72,7 @@ __all__ = [
     "Attempt",
     "Cancelled",
     "Client",
+    "Collapsed",
     "Cron",
     "DatabaseError",
     "DatabaseUnavailable",
@@ -92,5 +95,6 @@ __all__ = [
     "UnknownRun",
     "UnknownSchedule",
     "Verification",
+    "Window",
     "job",
 ]

@@ -24,7 +24,14 @@ from fleet.errors import ScheduleFileError
 from fleet.keys import APPLY_LOCK
 from fleet.queries import q
 from fleet.schedfile import ScheduleSpec, shown
-from fleet.schedule import Timing, TimingError, describe, first_slot_at_or_after
+from fleet.schedule import (
+    Timing,
+    TimingError,
+    describe,
+    first_slot_at_or_after,
+    format_duration,
+    slots_between,
+)
 
 Outcome = Literal["create", "update", "replan", "disable"]
 
@@ -89,6 +96,8 @@ def _params(spec: ScheduleSpec, next_run_at: datetime | None) -> dict[str, Any]:
         "retry_cap": spec.retry_cap,
         "retention": spec.retention,
         "deadline": spec.deadline,
+        "spread": spec.spread,
+        "spread_offset": spec.spread_offset(),
         "next_run_at": next_run_at,
         "timing_hash": spec.timing_hash(),
     }
@@ -162,13 +171,15 @@ _FIELDS: tuple[tuple[str, str, Callable[[ScheduleSpec], Any], Callable[[Any, Any
     ("retry.cap", "retry_cap", lambda s: s.retry_cap, _equal),
     ("retention", "retention", lambda s: s.retention, _equal),
     ("deadline", "deadline", lambda s: s.deadline, _equal),
+    ("spread", "spread", lambda s: s.spread, _equal),
 )
 
 
 # What a run copies from its schedule when it is created. A change to one of them (or to the timing)
 # replaces the runs created ahead of their time; the other fields are read when a run is claimed,
 # or decide only what happens to slots in the past.
-_RUN_FIELDS = frozenset({"job", "args", "overlap", "grace"})  # copied into runs created ahead
+# copied into runs created ahead (the spread into their run_after and start_by)
+_RUN_FIELDS = frozenset({"job", "args", "overlap", "grace", "spread"})
 
 
 def diff(old: dict[str, Any], spec: ScheduleSpec) -> list[FieldChange]:
@@ -244,7 +255,9 @@ def apply_specs(
         for spec in specs:
             if spec.name not in stored:
                 start = spec.start_at if spec.start_at is not None else db_now
-                problem = _never_fires(spec, max(start, db_now), first_slot)
+                problem = _never_fires(spec, max(start, db_now), first_slot) or _spread_too_wide(
+                    spec, max(start, db_now)
+                )
                 if problem:
                     silent.append(problem)
                     continue
@@ -259,6 +272,11 @@ def apply_specs(
             changes, replan = compared
             if replan:
                 problem = _never_fires(spec, max(spec.start_at or db_now, db_now), first_slot)
+                if problem:
+                    silent.append(problem)
+                    continue
+            if replan or any(c.field == "spread" for c in changes):
+                problem = _spread_too_wide(spec, max(spec.start_at or db_now, db_now))
                 if problem:
                     silent.append(problem)
                     continue
@@ -313,6 +331,34 @@ def _never_fires(
         when = base.astimezone(UTC).strftime("%Y-%m-%d")
         return f"{where}: {fieldname}: never fires in the 10 years from {when} ({describe(spec.timing)}){why}"
     return None
+
+
+# A cron schedule's spread must be less than the shortest gap between two of its slots, as found
+# over this many slots from when it applies (an interval schedule's is checked with the file).
+SPREAD_CHECK_SLOTS = 1000
+
+
+def _spread_too_wide(spec: ScheduleSpec, base: datetime) -> str | None:
+    """The problem line when a cron schedule's spread is not less than the shortest gap between its
+    slots from `base` (over SPREAD_CHECK_SLOTS of them): runs would start after the next slot."""
+    if spec.spread is None or spec.timing.cron is None:
+        return None
+    gap = _shortest_gap(spec.timing, base)
+    if gap is None or spec.spread < gap:
+        return None
+    return (
+        f"schedule {shown(spec.name)}: spread: must be less than the shortest interval between"
+        f" two slots ({format_duration(gap)}), got {format_duration(spec.spread)}"
+    )
+
+
+@lru_cache(maxsize=4096)
+def _shortest_gap(timing: Timing, base: datetime) -> timedelta | None:
+    try:
+        slots = slots_between(timing, base, datetime.max.replace(tzinfo=UTC), SPREAD_CHECK_SLOTS)
+    except TimingError:
+        return None  # reported by the never-fires check
+    return min((b - a for a, b in zip(slots, slots[1:], strict=False)), default=None)
 
 
 # Stored definitions are read this many at a time (a server-side cursor), not all at once: what

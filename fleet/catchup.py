@@ -11,6 +11,7 @@ from fleet.schedule import (
     DROPPED_COUNT_LIMIT,
     Timing,
     TimingError,
+    first_slot_at_or_after,
     format_duration,
     latest_slot_at_or_before,
     newest_slots_from,
@@ -20,6 +21,7 @@ from fleet.schedule import (
     slots_and_next,
     slots_between,
 )
+from fleet.window import Collapsed
 
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -35,6 +37,9 @@ class Plan:
     # The grace of the slots in `run` that are created ahead of their time (those after now): each
     # must be started, or seen due by a ticker, within it (see `settle_stale`).
     ahead_grace: timedelta | None = None
+    # The slots dropped without a row in favour of the first slot planned (under `latest`, and
+    # under `all` past `max_catchup`): that run's window names them.
+    collapsed: Collapsed | None = None
 
 
 def plan_slots(
@@ -48,6 +53,7 @@ def plan_slots(
     limit: int,
     max_catchup: int | None = None,
     lookahead: timedelta = timedelta(0),
+    offset: timedelta = timedelta(0),
 ) -> Plan:
     """Plan the slots in [next_run_at, now + lookahead] (`now` is the database's).
 
@@ -62,6 +68,10 @@ def plan_slots(
     slots are handled; when more remain, next_run_at stays within the horizon so the next tick
     goes on. The work is bounded by `limit` and `max_catchup` slots, and date arithmetic saturates
     rather than overflowing; a timing that cannot be evaluated raises TimingError.
+
+    `offset` is the schedule's start spread offset: its runs start that long after their slots, so
+    lateness (the grace, max_lateness) counts from the slot plus the offset. Under `latest` and
+    `all`, the slots dropped without a row before the first slot planned are its `collapsed`.
     """
     plan = _plan_due(
         timing,
@@ -72,6 +82,7 @@ def plan_slots(
         max_lateness=max_lateness,
         limit=limit,
         max_catchup=max_catchup,
+        offset=offset,
     )
     nxt = plan.next_run_at
     room = limit - len(plan.run) - len(plan.skipped)
@@ -110,19 +121,24 @@ def _plan_due(
     max_lateness: timedelta | None,
     limit: int,
     max_catchup: int | None,
+    offset: timedelta = timedelta(0),
 ) -> Plan:
     """The catch-up policy over the slots in [next_run_at, now]."""
     if next_run_at > now:
         return Plan(next_run_at=next_run_at)
     grace = _grace(timing, grace, now)
     plan = Plan()
-    on_time_from = saturating_add(now, -grace)
+    # Lateness counts from when a slot's run starts: its slot plus the spread offset.
+    late_now = saturating_add(now, -offset)
+    on_time_from = saturating_add(late_now, -grace)
     if catchup == "all":
         # However the slots came to be missed, only the newest max_catchup are caught up.
         slots, plan.missed = _newest(timing, next_run_at, now, max_catchup, limit)
         for s in slots:
-            _keep(plan, s, now, max_lateness)
+            _keep(plan, s, late_now, max_lateness)
         plan.next_run_at = _next_slot(timing, slots[-1] if slots else now)
+        if plan.missed and slots:
+            plan.collapsed = _collapsed(timing, next_run_at, slots[0], plan.missed)
         return plan
 
     # On time: within the grace period, and (a long grace) among the newest max_catchup slots.
@@ -133,14 +149,35 @@ def _plan_due(
     if catchup == "latest" and missed and not on_time:
         newest = latest_slot_at_or_before(timing, on_time_from - _MICROSECOND)
         if newest is not None and newest >= next_run_at:
-            _keep(plan, newest, now, max_lateness)
+            _keep(plan, newest, late_now, max_lateness)
             missed -= 1
     plan.missed = missed + dropped
     for s in on_time:
-        _keep(plan, s, now, max_lateness)
+        _keep(plan, s, late_now, max_lateness)
     last = on_time[-1] if len(on_time) == limit else now
     plan.next_run_at = _next_slot(timing, last)
+    if catchup == "latest" and plan.missed:
+        first = min([*plan.run, *(slot for slot, _ in plan.skipped)], default=None)
+        if first is not None:
+            plan.collapsed = _collapsed(timing, next_run_at, first, plan.missed)
     return plan
+
+
+def _collapsed(timing: Timing, start: datetime, before: datetime, counted: int) -> Collapsed | None:
+    """The slots in [start, before), which the plan dropped (`counted` of them, as the policy
+    counted them: up to DROPPED_COUNT_LIMIT), with the first and the last; an interval's are
+    counted exactly. None when there are none. Informational: a timing that cannot say leaves it
+    out rather than failing the plan."""
+    try:
+        first = first_slot_at_or_after(timing, start)
+        last = latest_slot_at_or_before(timing, before - _MICROSECOND)
+    except (TimingError, OverflowError):
+        return None
+    if first is None or last is None or first > last:
+        return None
+    if timing.every is not None:
+        counted = (last - first) // timing.every + 1
+    return Collapsed(counted, first, last)
 
 
 def _next_slot(timing: Timing, after: datetime) -> datetime | None:
@@ -195,6 +232,7 @@ class StaleRun:
 
     slot: datetime
     start_by: datetime
+    run_after: datetime | None = None  # when it became claimable: its slot plus the spread offset
 
 
 def settle_stale(
@@ -222,13 +260,27 @@ def settle_stale(
     kept_from = len(stale) - min(room, len(stale))
     out: list[str | None] = []
     for i, run in enumerate(stale):
+        due = run.slot if run.run_after is None else max(run.slot, run.run_after)
         if i < kept_from:
-            grace = format_duration(run.start_by - run.slot)
+            grace = format_duration(run.start_by - due)
             why = _WHY_DROPPED[catchup].format(max_catchup=max_catchup)
             out.append(f"catchup {catchup}: not started within its grace ({grace}){why}")
         else:
-            out.append(_too_late(run.slot, now, max_lateness))
+            out.append(_too_late(run.slot, saturating_add(now, run.slot - due), max_lateness))
     return out
+
+
+def settled_collapsed(
+    catchup: CatchUp, stale: Sequence[StaleRun], decided: Sequence[str | None]
+) -> Collapsed | None:
+    """The stale runs skipped in favour of the first one kept (what `settle_stale` decided), which
+    that run's window names: under `latest` and `all`, the runs before it; None when none."""
+    if catchup == "skip":
+        return None
+    kept = next((i for i, why in enumerate(decided) if why is None), None)
+    if not kept:
+        return None
+    return Collapsed(kept, stale[0].slot, stale[kept - 1].slot)
 
 
 _WHY_DROPPED: dict[CatchUp, str] = {

@@ -16,7 +16,8 @@ stopping) the keeper ends that whole tree: SIGTERM, then SIGKILL after kill_afte
 dies ends it too (the keeper's parent-death signal).
 
 The process gets FLEET_SCHEDULE, FLEET_SLOT, FLEET_ATTEMPT, FLEET_IDEMPOTENCY_KEY, FLEET_ARGS (JSON),
-FLEET_WORKER_ID and, when tracing, TRACEPARENT.
+FLEET_WORKER_ID, its run's window (FLEET_PREVIOUS_SLOT, and all of it as JSON in FLEET_WINDOW) and,
+when tracing, TRACEPARENT.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from fleet.errors import Cancelled, ConfigError, Permanent
 from fleet.jobs import JobContext, register, slot_iso
 from fleet.process_tree import END, END_NOW, ProcessTree, keeper_argv
 from fleet.schedule import TimingError, parse_duration
+from fleet.window import window_text
 
 _POLL_S = 0.05
 # How long past its own deadline a keeper is waited for before the worker kills the tree itself (a
@@ -56,6 +58,7 @@ class CommandJob:
 
     def __call__(self, ctx: JobContext) -> None:
         env = {**os.environ, **self.env}
+        window = ctx.window
         env.update(
             FLEET_SCHEDULE=ctx.schedule,
             FLEET_SLOT=slot_iso(ctx.slot),
@@ -63,6 +66,8 @@ class CommandJob:
             FLEET_IDEMPOTENCY_KEY=ctx.idempotency_key,
             FLEET_ARGS=orjson.dumps(ctx.args).decode(),
             FLEET_WORKER_ID=ctx.worker_id,
+            FLEET_PREVIOUS_SLOT=slot_iso(window.previous_slot) if window.previous_slot else "",
+            FLEET_WINDOW=window_text(window),
         )
         from fleet import telemetry
 

@@ -49,6 +49,7 @@ class ScheduleFields(TypedDict, total=False):
     deadline: Duration
     dst_repeated: Literal["first", "last"]
     dst_missing: Literal["shift", "skip"]
+    spread: Duration
 
 
 _DECLARED: list[Schedule] = []

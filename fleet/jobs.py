@@ -18,6 +18,7 @@ from typing import Any
 
 from fleet.declare import Schedule
 from fleet.errors import Cancelled
+from fleet.window import NO_WINDOW, Window
 
 Handler = Callable[["JobContext"], Any]
 
@@ -156,7 +157,9 @@ class _Calling(threading.Event):
 @dataclass
 class JobContext:
     """What a handler knows about its attempt. Long handlers should watch `cancelled` (or, in a sync
-    handler, sleep with `wait`; in an `async def` one, with `await sleep`)."""
+    handler, sleep with `wait`; in an `async def` one, with `await sleep`). `window` is what the run
+    covers (`fleet.Window`); what the handler returns (JSON, at most 8 KiB) is stored with the run
+    and handed to the next run of the schedule as `window.previous_result`."""
 
     schedule: str
     slot: datetime
@@ -169,6 +172,8 @@ class JobContext:
     # it the attempt counts as cancelled at once, before any database round trip tells so: a worker
     # paused past its lease must not go on to side effects when it wakes.
     lease_deadline: Callable[[], float] = field(default=lambda: math.inf)
+    # What this run covers: the previous successful slot and its result, the slots folded into it.
+    window: Window = NO_WINDOW
 
     @property
     def idempotency_key(self) -> str:

@@ -20,14 +20,19 @@ def parse_statements(text: str, statements: dict[str, str] | None = None) -> dic
 
 
 def compact(sql: str) -> str:
-    """The statement without its comment lines and indentation.
+    """The statement without its comment lines and indentation, and without the spaces after a
+    comma and around an equals sign outside string literals.
 
     Comments stay in the files; what is sent is short enough (under 4 kB) for psycopg to keep its
     conversion of the placeholders instead of parsing the text again at every execution. The
     statements have no comment after code on a line, and none inside a string.
     """
     lines = (line.strip() for line in sql.splitlines())
-    return "\n".join(line for line in lines if line and not line.startswith("--"))
+    text = "\n".join(line for line in lines if line and not line.startswith("--"))
+    parts = text.split("'")
+    for i in range(0, len(parts), 2):  # the even parts lie outside string literals ('' included)
+        parts[i] = parts[i].replace(", ", ",").replace(" = ", "=")
+    return "'".join(parts)
 
 
 def _load() -> dict[str, str]:

@@ -40,14 +40,15 @@ GRANT UPDATE (next_run_at, missed_slots, cadence_from, cadence_mid, cadence_unti
     ON fleet.schedules TO fleet_ticker;
 GRANT INSERT, UPDATE ON fleet.schedule_stats TO fleet_ticker;
 GRANT INSERT, DELETE ON fleet.job_runs TO fleet_ticker;
-GRANT UPDATE (start_by, status, finished_at, last_error) ON fleet.job_runs TO fleet_ticker;
+GRANT UPDATE (start_by, status, finished_at, last_error, run_window) ON fleet.job_runs TO fleet_ticker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_ticker;
 GRANT INSERT, UPDATE ON fleet.chores TO fleet_ticker;
 GRANT DELETE ON fleet.slot_outcomes TO fleet_ticker;
 
 GRANT INSERT, UPDATE ON fleet.schedule_gates TO fleet_worker;
 GRANT UPDATE (status, attempts, failures, last_outcome, locked_by, locked_host, locked_pid, locked_until,
-              started_at, finished_at, last_error, run_after, trace_id, span_id, traced, start_by, renewed_at)
+              started_at, finished_at, last_error, run_after, trace_id, span_id, traced, start_by, renewed_at,
+              result, run_window)
     ON fleet.job_runs TO fleet_worker;
 GRANT INSERT ON fleet.job_attempts TO fleet_worker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_worker;

@@ -72,6 +72,7 @@ _KEYS = {
     "deadline",
     "dst_repeated",
     "dst_missing",
+    "spread",
 }
 _RETRY_KEYS = {"max_attempts", "base", "cap"}
 
@@ -96,6 +97,11 @@ class ScheduleSpec:
     retry_cap: timedelta = DEFAULT_RETRY_CAP
     retention: timedelta | None = None  # None: the tickers' --retention
     deadline: timedelta | None = None  # each slot's run is done by slot + deadline, or OVERDUE
+    spread: timedelta | None = None  # None: runs start at their slots
+
+    def spread_offset(self) -> timedelta:
+        """How long after its slot each run of this schedule becomes claimable (`spread_offset`)."""
+        return spread_offset(self.name, self.spread)
 
     def timing_hash(self) -> str:
         """Changes exactly when the slot times change (so apply re-plans the next slot)."""
@@ -109,6 +115,19 @@ class ScheduleSpec:
             t.dst_missing,
         ]
         return hashlib.sha256(orjson.dumps(key)).hexdigest()[:16]
+
+
+def spread_offset(name: str, spread: timedelta | None) -> timedelta:
+    """Where in [0, spread) a schedule's runs start after their slots: a hash of its name (SHA-256),
+    in whole milliseconds, so every ticker and every restart gives the same offset, and schedules
+    of one cadence spread evenly over the spread."""
+    if spread is None:
+        return timedelta(0)
+    steps = spread // timedelta(milliseconds=1)
+    if steps <= 0:
+        return timedelta(0)
+    digest = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
+    return timedelta(milliseconds=digest % steps)
 
 
 def default_grace(interval: timedelta) -> timedelta:
@@ -335,6 +354,7 @@ def parse_entry(
     timeout = duration("timeout")
     retention = duration("retention")
     deadline = duration("deadline")
+    spread = duration("spread", positive=False)
     if retention is not None and not MIN_RETENTION <= retention <= MAX_RETENTION:
         bad("retention", f"must be from 1h to {MAX_RETENTION.days} days, got {shown(entry['retention'])}")
         retention = None
@@ -392,6 +412,14 @@ def parse_entry(
             validate_timing(timing)
         except TimingError as e:
             errs.append(f"{where}: {e}")
+        else:
+            if spread is not None and every is not None and spread >= every:
+                bad(
+                    "spread",
+                    f"must be less than the interval ({shown(entry['every'])}), got {shown(entry['spread'])}",
+                )
+    if spread is not None and spread <= timedelta(0):
+        spread = None  # "0s": no spread
 
     retry = entry.get("retry", {})
     max_attempts, base, cap = DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP
@@ -442,6 +470,7 @@ def parse_entry(
             retry_cap=cap,
             retention=retention,
             deadline=deadline,
+            spread=spread,
         ),
         [],
     )

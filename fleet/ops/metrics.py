@@ -423,7 +423,7 @@ class FleetCollector:
             ),
             (
                 "fleet_start_lag_seconds",
-                "from the slot time to the first attempt's start (backfills excluded)",
+                "from the slot time (plus its spread offset) to the first start (backfills excluded)",
                 self.start_lag,
             ),
         ):

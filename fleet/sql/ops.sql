@@ -419,13 +419,17 @@ WHERE r.status IN ('done', 'dead', 'skipped') AND r.status <> 'dead'
 -- name: run_finished_between
 -- Runs that finished in (since, until], for the exporter's counters: their status, the claim
 -- latency of their last attempt (start minus the moment it became due), the start lag of their
--- first attempt (start minus slot time) and the outcome of each attempt.
+-- first attempt (start minus the slot's start: its time plus the schedule's spread offset for a
+-- scheduled run) and the outcome of each attempt.
 SELECT r.schedule_name, r.status::text AS status, r.origin,
        extract(epoch FROM r.started_at - r.run_after)::float8 AS claim_latency_s,
        extract(epoch FROM coalesce(a1.started_at, CASE WHEN r.attempts = 1 THEN r.started_at END)
-                          - r.scheduled_for)::float8 AS start_lag_s,
+                          - r.scheduled_for
+                          - CASE WHEN r.origin = 'schedule' THEN s.spread_offset ELSE '0' END)::float8
+           AS start_lag_s,
        coalesce(h.outcomes, '{}'::text[]) AS outcomes
 FROM fleet.job_runs r
+JOIN fleet.schedules s ON s.name = r.schedule_name
 LEFT JOIN fleet.job_attempts a1
        ON a1.schedule_name = r.schedule_name AND a1.scheduled_for = r.scheduled_for AND a1.attempt = 1
 LEFT JOIN LATERAL (

@@ -1,15 +1,17 @@
 -- Statements on `job_runs` and `job_attempts`: materialising slots, claiming, heartbeats, finishing.
 
 -- name: slot_materialize
--- A slot created ahead of its time has its start_by (slot + grace); the others NULL.
+-- A slot created ahead of its time has its start_by (slot + spread offset + grace); the others NULL.
+-- A run becomes claimable at its slot plus its schedule's spread offset; its identity stays the
+-- slot. `windows` holds the window a run is created with (the slots folded into it), or NULL.
 INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, args, overlap, origin, status, run_after, finished_at,
-                      last_error, created_trace_id, created_span_id, start_by)
-SELECT v.name, v.slot, s.job, s.args, s.overlap, %(origin)s, v.status::fleet.run_status, v.slot,
+                      last_error, created_trace_id, created_span_id, start_by, run_window)
+SELECT v.name, v.slot, s.job, s.args, s.overlap, %(origin)s, v.status::fleet.run_status, v.slot + s.spread_offset,
        CASE WHEN v.status = 'skipped' THEN coalesce(%(now)b::timestamptz, now()) END, v.reason,
-       %(trace_id)s, %(span_id)s, v.start_by
+       %(trace_id)s, %(span_id)s, v.start_by, v.win::jsonb
 FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(statuses)b::text[], %(reasons)b::text[],
-            %(start_bys)b::timestamptz[])
-     AS v(name, slot, status, reason, start_by)
+            %(start_bys)b::timestamptz[], %(windows)b::text[])
+     AS v(name, slot, status, reason, start_by, win)
 JOIN fleet.schedules s ON s.name = v.name
 ON CONFLICT DO NOTHING
 RETURNING schedule_name, scheduled_for, status::text AS status
@@ -74,6 +76,10 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- run recorded skipped (then only its key is set). Empty args come back as NULL: nothing to decode.
 -- `now` has no cast (coalesce with now() gives it its type): the statement stays under psycopg's
 -- 4 kB cache limit.
+-- A run's first claim (attempts still 0) adds to its window the schedule's newest successful run
+-- before its slot and that run's result (fleet.previous_success, inlined: one probe of
+-- job_runs_done), kept on the run so that every later attempt sees the same window whatever
+-- finished meanwhile.
 WITH expired AS (
     SELECT r.*
     FROM fleet.job_runs r
@@ -123,14 +129,17 @@ claimed AS (
         trace_id = encode(substr(%(ids)b::bytea, c.n * 24 - 23, 16), 'hex'),
         span_id = encode(substr(%(ids)b::bytea, c.n * 24 - 7, 8), 'hex'),
         traced = %(traced)b,
-        start_by = NULL
-    FROM (SELECT c.schedule_name, c.scheduled_for, row_number() OVER ()::int AS n FROM cand c
+        start_by = NULL,
+        run_window = coalesce(r.run_window || w.found, r.run_window, w.found)
+    FROM (SELECT c.schedule_name, c.scheduled_for, c.attempts, row_number() OVER ()::int AS n FROM cand c
           WHERE c.overlap = 'allow'
              OR EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
           OFFSET 0) c
+    LEFT JOIN LATERAL fleet.previous_success(c.schedule_name, c.scheduled_for, c.attempts) w ON true
     WHERE r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
     RETURNING r.schedule_name, r.scheduled_for, r.job, nullif(r.args, '{}') AS args, r.attempts, r.failures,
-              r.origin, r.started_at, r.trace_id, r.span_id, r.created_trace_id, r.created_span_id
+              r.origin, r.started_at, r.trace_id, r.span_id, r.created_trace_id, r.created_span_id,
+              r.run_window
 ),
 skipped AS (
     UPDATE fleet.job_runs r
@@ -169,8 +178,8 @@ lost AS (
 SELECT o.*, s.timeout, s.max_attempts, s.retry_base, s.retry_cap, NULL::text AS skipped_reason
 FROM out o JOIN fleet.schedules s ON s.name = o.schedule_name
 UNION ALL
-SELECT k.schedule_name, k.scheduled_for, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'overlap'
+SELECT k.schedule_name, k.scheduled_for, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'overlap'
 FROM skipped k
 
 -- name: run_heartbeat
@@ -203,7 +212,8 @@ WHERE schedule_name = %(name)s AND scheduled_for = %(slot)s AND attempts = %(att
 -- Record attempts' outcomes, fenced on the attempt number and the worker holding the lease (see
 -- run_heartbeat): a stale worker's write matches nothing.
 -- status: 'done' | 'dead' | 'pending' (retry after delay_s, or handed back with delay 0). Plain
--- successes come as keys only (done_*), the other outcomes in full; `i` numbers the batch from 1.
+-- successes (no result) come as keys only (done_*), the other outcomes in full; `i` numbers the
+-- batch from 1. A success's result (JSON text) is the run's; any other outcome clears it.
 -- As in run_heartbeat, rows are found by primary key (the status test is on its text). The
 -- attempt's start and trace ids are the row's own, set by the claim. The history row needs no
 -- ON CONFLICT (a speculative insertion costs more): only the fenced write of a running attempt
@@ -216,16 +226,16 @@ WHERE schedule_name = %(name)s AND scheduled_for = %(slot)s AND attempts = %(att
 -- recheck sees its row.
 WITH v AS MATERIALIZED (
     SELECT d.name, d.slot, d.attempt, 'done' AS status, 'done' AS outcome, NULL::text AS error,
-           0::float8 AS delay_s, 0 AS spent, d.i
+           0::float8 AS delay_s, 0 AS spent, NULL::text AS result, d.i
     FROM unnest(%(done_names)b::text[], %(done_slots)b::timestamptz[], %(done_attempts)b::integer[])
          WITH ORDINALITY AS d(name, slot, attempt, i)
     UNION ALL
-    SELECT o.name, o.slot, o.attempt, o.status, o.outcome, o.error, o.delay_s, o.spent,
+    SELECT o.name, o.slot, o.attempt, o.status, o.outcome, o.error, o.delay_s, o.spent, o.result,
            o.i + cardinality(%(done_names)b::text[])
     FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(attempts)b::integer[],
                 %(statuses)b::text[], %(outcomes)b::text[], %(errors)b::text[],
-                %(delays)b::float8[], %(spent)b::integer[])
-         WITH ORDINALITY AS o(name, slot, attempt, status, outcome, error, delay_s, spent, i)
+                %(delays)b::float8[], %(spent)b::integer[], %(results)b::text[])
+         WITH ORDINALITY AS o(name, slot, attempt, status, outcome, error, delay_s, spent, result, i)
 ),
 fin AS (
     UPDATE fleet.job_runs r
@@ -240,7 +250,8 @@ fin AS (
         finished_at = CASE WHEN v.status IN ('done', 'dead') THEN coalesce(%(now)b::timestamptz, now()) END,
         last_error = CASE WHEN v.status = 'done' THEN NULL ELSE coalesce(v.error, r.last_error) END,
         last_outcome = v.outcome,
-        failures = r.failures + v.spent
+        failures = r.failures + v.spent,
+        result = CASE WHEN v.status = 'done' THEN v.result::jsonb END
     FROM v
     WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.attempts = v.attempt
       AND r.status::text = 'running' AND r.locked_by = %(worker)s
@@ -393,7 +404,7 @@ FOR UPDATE OF s SKIP LOCKED
 -- `latest` one of them stands for the missed slots, under `all` they count toward max_catchup.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 stale AS (
-    SELECT r.schedule_name, r.scheduled_for, r.start_by
+    SELECT r.schedule_name, r.scheduled_for, r.start_by, r.run_after
     FROM fleet.job_runs r, t
     WHERE r.schedule_name = ANY(%(names)s::text[]) AND r.start_by IS NOT NULL AND r.start_by < t.now
       AND r.status::text = 'pending'
@@ -407,19 +418,22 @@ newer AS (
     FROM (SELECT schedule_name, max(scheduled_for) AS newest FROM stale GROUP BY schedule_name) n
     JOIN fleet.schedules sc ON sc.name = n.schedule_name, t
 )
-SELECT s.schedule_name, s.scheduled_for, s.start_by, w.newer
+SELECT s.schedule_name, s.scheduled_for, s.start_by, s.run_after, w.newer
 FROM stale s JOIN newer w ON w.schedule_name = s.schedule_name
 ORDER BY s.schedule_name, s.scheduled_for
 
 -- name: run_settle
 -- Stale runs settled by their schedule's catch-up policy: run (start_by cleared, so claimable at
--- once), or recorded skipped with the reason. Only a run still stale changes.
+-- once), or recorded skipped with the reason. Only a run still stale changes. The first run kept
+-- gets the window naming the runs skipped in its favour (`window`, NULL for the others).
 UPDATE fleet.job_runs r
 SET start_by = NULL,
     status = CASE WHEN v.reason IS NULL THEN 'pending' ELSE 'skipped' END::fleet.run_status,
     finished_at = CASE WHEN v.reason IS NOT NULL THEN coalesce(%(now)s::timestamptz, now()) END,
-    last_error = v.reason
-FROM unnest(%(names)s::text[], %(slots)s::timestamptz[], %(reasons)s::text[]) AS v(name, slot, reason)
+    last_error = v.reason,
+    run_window = coalesce(v.win::jsonb, r.run_window)
+FROM unnest(%(names)s::text[], %(slots)s::timestamptz[], %(reasons)s::text[], %(windows)s::text[])
+     AS v(name, slot, reason, win)
 WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.status::text = 'pending'
   AND r.start_by IS NOT NULL
 RETURNING r.schedule_name, r.status::text AS status

@@ -11,8 +11,9 @@ from typing import Any
 import psycopg
 
 from fleet import logs
-from fleet.catchup import StaleRun, settle_stale
+from fleet.catchup import StaleRun, settle_stale, settled_collapsed
 from fleet.queries import q
+from fleet.window import window_json
 
 # A run created ahead is confirmed by a ticker at the latest this long before its grace ends (or
 # halfway through a shorter grace): the ticker's wake-up may be that late and the run still counts
@@ -52,10 +53,11 @@ def run_once(
         names: list[str] = []
         slots: list[datetime] = []
         reasons: list[str | None] = []
+        windows: list[str | None] = []
         for name, group in groupby(stale, key=lambda row: row["schedule_name"]):
             rows = list(group)
             schedule = schedules[name]
-            runs = [StaleRun(row["scheduled_for"], row["start_by"]) for row in rows]
+            runs = [StaleRun(row["scheduled_for"], row["start_by"], row["run_after"]) for row in rows]
             decided = settle_stale(
                 schedule["catchup"],
                 runs,
@@ -67,6 +69,10 @@ def run_once(
             names.extend(name for _ in runs)
             slots.extend(run.slot for run in runs)
             reasons.extend(decided)
+            # The first run kept stands for the runs skipped before it.
+            collapsed = window_json(settled_collapsed(schedule["catchup"], runs, decided))
+            first_kept = decided.index(None) if collapsed is not None else -1
+            windows.extend(collapsed if i == first_kept else None for i in range(len(runs)))
             kept = sum(1 for reason in decided if reason is None)
             logs.event(
                 "stale_runs_settled",
@@ -77,7 +83,8 @@ def run_once(
                 since=runs[0].slot,
             )
         settled = conn.execute(
-            q("run_settle"), {"names": names, "slots": slots, "reasons": reasons, "now": now}
+            q("run_settle"),
+            {"names": names, "slots": slots, "reasons": reasons, "windows": windows, "now": now},
         ).fetchall()
         result.schedules = len(schedules)
         result.kept = sum(1 for row in settled if row["status"] == "pending")

@@ -13,6 +13,7 @@ from fleet import logs
 from fleet.catchup import Plan, plan_slots
 from fleet.queries import q
 from fleet.schedule import TimingError, saturating_add, timing_of
+from fleet.window import window_json
 
 # A broken schedule (its timing could not be evaluated) is tried again this long after it broke: an
 # upgraded fleet, or a time zone database that changed, may evaluate it.
@@ -63,7 +64,8 @@ def run_once(
         slots: list[datetime] = []
         statuses: list[str] = []
         reasons: list[str | None] = []
-        start_bys: list[datetime | None] = []  # a slot created ahead: its slot + grace
+        start_bys: list[datetime | None] = []  # a slot created ahead: its slot + offset + grace
+        windows: list[str | None] = []  # the window a run is created with: the slots folded into it
         adv_names: list[str] = []
         adv_next: list[datetime | None] = []
         adv_missed: list[int] = []
@@ -79,6 +81,10 @@ def run_once(
                 if row["broken_at"] is None:
                     logs.event("schedule_broken", schedule=row["name"], error=error)
                 continue
+            # The first slot planned stands for the slots folded into it (plan.collapsed).
+            folded = window_json(plan.collapsed)
+            first = min([*plan.run, *(slot for slot, _ in plan.skipped)]) if folded else None
+            offset = row["spread_offset"]
             for slot in plan.run:
                 names.append(row["name"])
                 slots.append(slot)
@@ -86,14 +92,18 @@ def run_once(
                 reasons.append(None)
                 grace = plan.ahead_grace
                 start_bys.append(
-                    saturating_add(slot, grace) if grace is not None and slot > row["db_now"] else None
+                    saturating_add(slot, offset + grace)
+                    if grace is not None and slot > row["db_now"]
+                    else None
                 )
+                windows.append(folded if slot == first else None)
             for slot, reason in plan.skipped:
                 names.append(row["name"])
                 slots.append(slot)
                 statuses.append("skipped")
                 reasons.append(reason)
                 start_bys.append(None)
+                windows.append(folded if slot == first else None)
             adv_names.append(row["name"])
             adv_next.append(plan.next_run_at)
             adv_missed.append(plan.missed)
@@ -122,6 +132,7 @@ def run_once(
                     "statuses": statuses,
                     "reasons": reasons,
                     "start_bys": start_bys,
+                    "windows": windows,
                     "origin": "schedule",
                     "now": now,
                     "trace_id": trace_ids[0] if trace_ids else None,
@@ -151,6 +162,7 @@ def _plan(row: dict[str, Any], catchup_limit: int, lookahead: timedelta) -> Plan
         limit=catchup_limit,
         max_catchup=row["max_catchup"],
         lookahead=lookahead,
+        offset=row["spread_offset"],
     )
     if plan.next_run_at is None:
         planned = [*plan.run, *(slot for slot, _ in plan.skipped)]

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from fleet import logs, telemetry
 from fleet.errors import Cancelled, Permanent
 from fleet.jobs import CancelSignal, Handler, JobContext, idempotency_key
+from fleet.window import result_json, window_of
 
 # running: the handler runs and this worker owns the lease.
 # recorded: the outcome is decided (finished, timed out, handed back); the thread may still run.
@@ -49,7 +50,12 @@ CLAIM_COLUMNS = (
     "prev_worker",
     "prev_started_at",
     "origin",
+    "run_window",
 )
+
+# How a handler ended: "done" | "permanent" | "failed" | "cancelled" (or "timeout"), the error
+# text, and the JSON of the value a successful handler returned (None for none).
+Verdict = tuple[str, str | None, bytes | None]
 
 
 # Why an attempt is given up when its lease ran out locally (LeaseWatch, or a handler that noticed).
@@ -73,6 +79,7 @@ class Outcome:
     error: str | None = None
     delay_s: float = 0.0
     spent: int = 0  # 1 when the attempt counts against the retry budget
+    result: bytes | None = None  # a success's result, as JSON
 
 
 @dataclass(slots=True)
@@ -102,12 +109,13 @@ class Attempt:
     prev_worker: str | None = None
     prev_started_at: datetime | None = None
     origin: str = "schedule"
+    run_window: dict[str, Any] | None = None  # what the run covers, as stored (fleet.window)
     # Local bookkeeping.
     state: State = "running"
     cancel: CancelSignal = field(default_factory=CancelSignal)
     started_mono: float = field(default_factory=time.monotonic)
     lease_deadline_mono: float = math.inf  # set from the claim: trusted until then, locally
-    verdict: tuple[str, str | None] = ("", None)  # set by the handler thread when it returns
+    verdict: Verdict = ("", None, None)  # set by the handler thread when it returns
     returned: bool = False  # the handler has returned (its verdict is set)
     span: Any = (
         None  # the attempt's open trace span (fleet.worker.spans), made by the first thread needing it
@@ -156,11 +164,16 @@ class Attempt:
             self.job,
             self.cancel,
             lambda: self.lease_deadline_mono,
+            window_of(self.run_window),
         )
 
 
-def execute(handler: Handler, ctx: JobContext) -> tuple[str, str | None]:
-    """Run the handler; returns ("done"|"permanent"|"failed"|"cancelled", error text).
+def execute(handler: Handler, ctx: JobContext) -> Verdict:
+    """Run the handler; returns ("done"|"permanent"|"failed"|"cancelled", error text, result JSON).
+
+    A value the handler returns is its run's result (`returned`): one that cannot be stored (not
+    JSON, or larger than MAX_RESULT_BYTES) makes the attempt "permanent", since the same code
+    would return it again.
 
     Every way a handler can end is an outcome: `sys.exit()`, `KeyboardInterrupt` or any other
     BaseException (uncaught, it would end the handler's thread and leave the run renewed forever),
@@ -172,36 +185,48 @@ def execute(handler: Handler, ctx: JobContext) -> tuple[str, str | None]:
         return _outcome_of(e, ctx, (Cancelled,))
     _leave_if_forked(ctx, None)
     if result is not None and inspect.isawaitable(result):
-        return "failed", _not_run(result)
-    return "done", None
+        return "failed", _not_run(result), None
+    return returned(result)
 
 
-async def execute_async(handler: Handler, ctx: JobContext) -> tuple[str, str | None]:
+async def execute_async(handler: Handler, ctx: JobContext) -> Verdict:
     """Run an `async def` handler to completion on the running event loop; the same outcomes as
     `execute`. Cancellation reaches the handler as `asyncio.CancelledError` and is "cancelled"."""
     try:
         result = handler(ctx)
         if inspect.isawaitable(result):
-            await result
+            result = await result
     except BaseException as e:  # noqa: BLE001 - any way a handler ends is the attempt's outcome
         _leave_if_forked(ctx, e)
         return _outcome_of(e, ctx, (Cancelled, asyncio.CancelledError))
     _leave_if_forked(ctx, None)
-    return "done", None
+    return returned(result)
 
 
-def _outcome_of(
-    e: BaseException, ctx: JobContext, cancelled: tuple[type[BaseException], ...]
-) -> tuple[str, str | None]:
+def returned(value: Any) -> Verdict:
+    """The verdict of a handler that returned `value`: done with its JSON, or "permanent" with the
+    reason (one line naming `result`) when it cannot be stored."""
+    if value is None:
+        return _DONE
+    encoded, problem = result_json(value)
+    if problem is not None:
+        return "permanent", problem, None
+    return "done", None, encoded
+
+
+_DONE: Verdict = ("done", None, None)
+
+
+def _outcome_of(e: BaseException, ctx: JobContext, cancelled: tuple[type[BaseException], ...]) -> Verdict:
     if isinstance(e, Permanent):
         _record_exception(e)
-        return "permanent", error_text(e)
+        return "permanent", error_text(e), None
     if isinstance(e, cancelled):
-        return "cancelled", error_text(e)
+        return "cancelled", error_text(e), None
     _record_exception(e)
     if ctx.cancelled:
-        return "cancelled", error_text(e)
-    return "failed", error_text(e)
+        return "cancelled", error_text(e), None
+    return "failed", error_text(e), None
 
 
 # The worker's process, once it serves (`serve_here`). A handler that forks returns twice: once in a

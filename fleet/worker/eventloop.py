@@ -17,9 +17,7 @@ from typing import Any
 from fleet import logs, telemetry
 from fleet.jobs import Handler
 from fleet.worker import spans
-from fleet.worker.attempt import Attempt, error_text, execute_async
-
-Verdict = tuple[str, str | None]
+from fleet.worker.attempt import Attempt, Verdict, error_text, execute_async
 
 # A loop that has not run its beat for this long is blocked: a handler runs code that does not await
 # (`time.sleep`, a synchronous client, a long computation), and every other async run waits for it.
@@ -117,7 +115,7 @@ class EventLoop(threading.Thread):
     async def _run(self, a: Attempt, tracing: bool) -> None:
         try:
             if not self.may_start(a):
-                verdict: Verdict = ("cancelled", None)
+                verdict: Verdict = ("cancelled", None, None)
             else:
                 task = asyncio.current_task()
                 assert task is not None
@@ -130,7 +128,11 @@ class EventLoop(threading.Thread):
                 else:
                     verdict = await execute_async(self.handlers[a.job], ctx)
         except BaseException as e:  # noqa: BLE001 - every attempt gets a verdict, the loop runs on
-            verdict = ("cancelled" if isinstance(e, asyncio.CancelledError) else "failed", error_text(e))
+            verdict = (
+                "cancelled" if isinstance(e, asyncio.CancelledError) else "failed",
+                error_text(e),
+                None,
+            )
         self.returned(a, verdict)
 
 

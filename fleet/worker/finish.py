@@ -41,7 +41,9 @@ def handed_back(why: str = "the worker was stopping") -> Outcome:
 
 
 def _plain_done(o: Outcome) -> bool:
-    return o is DONE or (o.status == "done" and o.outcome == "done" and o.error is None and o.spent == 0)
+    return o is DONE or (
+        o.status == "done" and o.outcome == "done" and o.error is None and o.spent == 0 and o.result is None
+    )
 
 
 def finish_params(
@@ -67,6 +69,7 @@ def finish_params(
         "errors": [o.error for _, o in rest],
         "delays": [o.delay_s for _, o in rest],
         "spent": [o.spent for _, o in rest],
+        "results": [None if o.result is None else o.result.decode() for _, o in rest],
         "worker": worker_id,
         "host": HOST,
         "pid": os.getpid(),

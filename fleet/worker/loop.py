@@ -24,7 +24,7 @@ from fleet.queries import q
 from fleet.registry import process_register, process_remove
 from fleet.settings import WorkerSettings
 from fleet.worker import spans
-from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, error_text, execute, serve_here
+from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, Verdict, error_text, execute, serve_here
 from fleet.worker.claim import OVERLAP_SKIPPED, Skipped, claim_result, send_claim
 from fleet.worker.declared import declared_drift
 from fleet.worker.eventloop import EventLoop
@@ -153,18 +153,19 @@ class Worker:
             if a is None:
                 return
             if not self._may_start(a):
-                self._returned(a, ("cancelled", None))
+                self._returned(a, ("cancelled", None, None))
                 continue
+            verdict: Verdict
             try:
                 ctx = a.context(self.settings.worker_id)
                 if tracing:
                     with spans.attempt_span(a, ctx):
-                        verdict, error = execute(self.handlers[a.job], ctx)
+                        verdict = execute(self.handlers[a.job], ctx)
                 else:
-                    verdict, error = execute(self.handlers[a.job], ctx)
+                    verdict = execute(self.handlers[a.job], ctx)
             except BaseException as e:  # noqa: BLE001 - the thread serves on whatever happened
-                verdict, error = "failed", f"the worker could not run the handler: {error_text(e)}"
-            self._returned(a, (verdict, error))
+                verdict = ("failed", f"the worker could not run the handler: {error_text(e)}", None)
+            self._returned(a, verdict)
 
     def _may_start(self, a: Attempt) -> bool:
         """Whether `a`'s handler may start: it is still this worker's to run, and its lease has not
@@ -177,7 +178,7 @@ class Worker:
             return False
         return True
 
-    def _returned(self, a: Attempt, verdict: tuple[str, str | None]) -> None:
+    def _returned(self, a: Attempt, verdict: Verdict) -> None:
         """`a`'s handler returned (or never started): hand it to the loop to collect."""
         with self.lock:
             a.verdict = verdict
@@ -389,14 +390,17 @@ class Worker:
                 self.inflight.pop(a.ident, None)
                 if a.state == "running" and a.verdict[0] == "done":
                     a.state = "recorded"  # a success, nearly every attempt: `_record` in short
-                    self.to_record.append((a, DONE))
+                    result = a.verdict[2]
+                    self.to_record.append(
+                        (a, DONE if result is None else Outcome("done", "done", result=result))
+                    )
                 else:
                     rest.append(a)
         if self.aio is not None:
             self.n_async = sum(1 for a in self.inflight.values() if a.job in self.async_jobs)
         for a in rest:
             self.cancelling.pop(a.ident, None)
-            verdict, error = a.verdict
+            verdict, error, _ = a.verdict
             if a.state == "running" and verdict == "cancelled" and time.monotonic() > a.lease_deadline_mono:
                 self.fence(a, LEASE_RAN_OUT)
             if a.state == "running":

@@ -46,6 +46,18 @@ BAD_CASES = {
         ["'x'", "cron: white space U+00A0"],
     ),
     "zero interval": ('[[schedule]]\nname = "x"\nevery = "0s"\njob = "noop"\n', ["'x'", "every"]),
+    "spread as long as the interval": (
+        '[[schedule]]\nname = "x"\nevery = "5m"\nspread = "5m"\njob = "noop"\n',
+        ["'x'", "spread: must be less than the interval ('5m'), got '5m'"],
+    ),
+    "negative spread": (
+        '[[schedule]]\nname = "x"\nevery = "5m"\nspread = "-1s"\njob = "noop"\n',
+        ["'x'", "spread: must not be negative"],
+    ),
+    "spread as long as a cron's shortest interval": (
+        '[[schedule]]\nname = "x"\ncron = "0,10 * * * *"\nspread = "10m"\njob = "noop"\n',
+        ["'x'", "spread: must be less than the shortest interval between two slots (10m), got 10m"],
+    ),
     "negative interval": ('[[schedule]]\nname = "x"\nevery = "-5m"\njob = "noop"\n', ["'x'", "every"]),
     "unknown time zone": (
         '[[schedule]]\nname = "x"\ncron = "0 2 * * *"\ntimezone = "Mars/Olympus"\njob = "noop"\n',

@@ -4,6 +4,7 @@ batch leaves nothing of the earlier ones."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -11,7 +12,7 @@ import pytest
 
 from fleet import apply
 from fleet.apply import apply_specs, diff
-from fleet.schedfile import load
+from fleet.schedfile import load, spread_offset
 from tests.support import apply_text, scalar
 
 EVERY_FIELD = """
@@ -25,6 +26,7 @@ start_at = "2026-11-01T00:00:00.123456Z"
 catchup = "all"
 max_catchup = 77
 max_lateness = "1h30m"
+spread = "2m30.5s"
 grace = "1.5s"
 overlap = "queue"
 timeout = "250ms"
@@ -55,8 +57,8 @@ def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
 def stored(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
     rows = conn.execute(
         "SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_catchup,"
-        " max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, enabled,"
-        " timing_hash"
+        " max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, spread,"
+        " spread_offset, enabled, timing_hash"
         " FROM fleet.schedules"
     ).fetchall()
     return {r["name"]: r for r in rows}
@@ -73,6 +75,10 @@ def test_every_field_is_stored_as_the_file_gives_it(conn: psycopg.Connection[Any
     assert full["args"]["big"] == 12345678901234567 and full["args"]["text"] == 'ünï "quoted" \\ line\nbreak'
     assert full["start_at"].microsecond == 123456 and str(full["retry_base"]) == "0:00:00.000750"
     assert str(full["retention"]) == "45 days, 0:00:00" and rows["plain"]["retention"] is None
+    assert full["spread"] == timedelta(minutes=2, seconds=30.5) and rows["plain"]["spread"] is None
+    assert full["spread_offset"] == spread_offset("full", full["spread"]) and rows["plain"][
+        "spread_offset"
+    ] == timedelta(0)
     again = apply_text(conn, EVERY_FIELD)
     assert again.unchanged == ["full", "plain"] and not again.changes
 

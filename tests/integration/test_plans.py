@@ -94,6 +94,7 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
             "errors": [None],
             "delays": [0.0],
             "spent": [0],
+            "results": [None],
             "worker": "w",
             "host": "h",
             "pid": 1,
@@ -111,6 +112,7 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
             "statuses": ["pending"],
             "reasons": [None],
             "start_bys": [None],
+            "windows": [None],
             "origin": "schedule",
             "now": None,
             "trace_id": None,
@@ -128,7 +130,9 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
     assert "Seq Scan on fleet.job_runs" not in confirm and confirm.count("job_runs_start_by") == 2, confirm
     stale = plan(big, "run_stale", {"names": ["s1"], "now": None})
     assert "Seq Scan on fleet.job_runs" not in stale and "job_runs_start_by" in stale, stale
-    settle = plan(big, "run_settle", {"names": ["s1"], "slots": [T0], "reasons": [None], "now": None})
+    settle = plan(
+        big, "run_settle", {"names": ["s1"], "slots": [T0], "reasons": [None], "windows": [None], "now": None}
+    )
     assert "Seq Scan on fleet.job_runs" not in settle, settle
     tick_wait = plan(big, "schedule_next_wait", {"now": None, "lookahead": margin, "margin": margin})
     assert "Seq Scan on fleet.job_runs" not in tick_wait and "job_runs_start_by" in tick_wait, tick_wait
@@ -176,6 +180,7 @@ def test_round_plans_hold_with_stale_statistics(conn: psycopg.Connection[Any]) -
                 "errors": [],
                 "delays": [],
                 "spent": [],
+                "results": [],
                 "worker": "w",
                 "host": "h",
                 "pid": 1,
@@ -240,3 +245,34 @@ def test_the_rollup_asks_for_one_due_run(conn: psycopg.Connection[Any]) -> None:
     assert pending and all("Index" in line for line in pending), got
     assert re.search(r"actual rows=1(\.00)? loops=1\)", pending[0]), got  # one entry read, of 20,000
     assert "Sort" not in got and "Bitmap" not in got and "Seq Scan" not in got, got
+
+
+def test_a_first_claim_reads_its_window_through_its_index(big: psycopg.Connection[Any]) -> None:
+    # For each run claimed, the newest success before its slot is one probe of job_runs_done
+    # (fleet.previous_success, inlined into the claim), not a walk of the schedule's history or of
+    # the table, even with a backlog of 20,000 open and dead runs of the schedule in between.
+    big.execute(
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, status, run_after) "
+        "SELECT 's1', %s - make_interval(secs => g / 10.0), 'noop', "
+        "(ARRAY['pending', 'running', 'dead', 'skipped'])[g %% 4 + 1]::fleet.run_status, %s "
+        "FROM generate_series(1, 20000) g",
+        (T0, T0),
+    )
+    big.execute("ANALYZE fleet.job_runs")
+    params = claim_params(worker_id="w", jobs=["noop"], limit=100, lease_s=10, now=T0 + timedelta(seconds=1))
+    got = plan(big, "run_claim", params)
+    claimed = got[got.index("CTE claimed") : got.index("CTE skipped")]
+    assert "Index Scan Backward using job_runs_done" in claimed, claimed
+    assert "Function Scan" not in claimed and "Sort" not in claimed, claimed
+    # and as it runs: one entry read per run claimed, a handful of pages each
+    with big.transaction(force_rollback=True):
+        rows = big.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + q("run_claim"), params).fetchall()
+    probes = [n for n in _nodes(rows[0]["QUERY PLAN"][0]["Plan"]) if n.get("Index Name") == "job_runs_done"]
+    (probe,) = probes
+    assert probe["Actual Loops"] >= 50 and probe["Actual Rows"] <= 1, probe
+    pages = probe["Shared Hit Blocks"] + probe["Shared Read Blocks"]
+    assert pages <= 5 * probe["Actual Loops"], probe
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node, *(n for child in node.get("Plans", []) for n in _nodes(child))]

@@ -2,13 +2,15 @@
 
 Entries are generated over every form `parse_entry` accepts (intervals of odd sizes up to the
 bounds, cron in every field form and dialect extension, odd time zones, start_at near 1970 and 3000,
-naive and aware, grace, max_lateness and max_catchup at their bounds); those it refuses are dropped.
+naive and aware, grace, max_lateness, max_catchup and spread at their bounds); those it refuses are
+dropped.
 Each is then stored as apply stores it and planned with `plan_slots` at instants from its first slot
 to decades later, with the ticker's default limit and lookahead, and the plan must keep its bounds:
 never raise (but TimingError), at most `limit` slots per call, at most `max_catchup` due slots
 (counted as slots) under every policy, nothing older than the grace under skip, at most one missed
-slot under latest, real slots strictly increasing within [next_run_at, now + lookahead], and a
-bounded cost per call. An independent enumeration of slots (interval arithmetic, and cron matched
+slot under latest (lateness counted from each slot plus the spread offset), real slots strictly
+increasing within [next_run_at, now + lookahead], the slots folded into a run real slots before
+it, and a bounded cost per call. An independent enumeration of slots (interval arithmetic, and cron matched
 instant by instant on the UTC time line) checks `slots_between` itself.
 """
 
@@ -256,8 +258,9 @@ def start_at_text(draw: st.DrawFn) -> str:
 
 
 @st.composite
-def entries(draw: st.DrawFn) -> dict[str, Any]:
-    """A [[schedule]] table as a file holds it (not all accepted)."""
+def entries(draw: st.DrawFn, spread: bool = False) -> dict[str, Any]:
+    """A [[schedule]] table as a file holds it (not all accepted); with a `spread` when asked (a
+    draw of its own, after the others: the examples without it stay those they were)."""
     entry: dict[str, Any] = {"name": "s", "job": "noop"}
     if draw(st.booleans()):
         entry["every"] = draw(EVERY)
@@ -276,6 +279,8 @@ def entries(draw: st.DrawFn) -> dict[str, Any]:
     for key, strategy in optional.items():
         if draw(st.booleans()):
             entry[key] = draw(strategy)
+    if spread:
+        entry["spread"] = draw(st.one_of(st.sampled_from(["0s", "1ms", "30s", "59s", "1h"]), DURATION))
     return entry
 
 
@@ -359,6 +364,7 @@ def plan(s: Stored, next_run_at: datetime, now: datetime) -> Plan | None:
                 limit=LIMIT,
                 max_catchup=spec.max_catchup,
                 lookahead=LOOKAHEAD,
+                offset=spec.spread_offset(),
             ),
             "plan_slots",
         )
@@ -400,7 +406,10 @@ def check_plan(s: Stored, next_run_at: datetime, now: datetime, p: Plan) -> list
     assert all(slot <= now + LOOKAHEAD for slot in slots), "a slot beyond now + lookahead"
     due = [slot for slot in slots if slot <= now]
     assert len(due) <= spec.max_catchup, f"{len(due)} due slots in one call, max_catchup {spec.max_catchup}"
-    late = now - grace_at(s, now)
+    offset = spec.spread_offset()
+    assert timedelta(0) <= offset and (spec.spread is None or offset < spec.spread), f"spread offset {offset}"
+    # lateness counts from a slot's start: the slot plus the spread offset
+    late = saturating_add(now, -(offset + grace_at(s, now)))
     if spec.catchup == "skip":
         assert all(slot >= late for slot in slots), f"skip created a slot older than now - grace ({late})"
     if spec.catchup == "latest":
@@ -410,13 +419,22 @@ def check_plan(s: Stored, next_run_at: datetime, now: datetime, p: Plan) -> list
         assert is_slot(t, slot), f"{slot} is not a slot of the timing"
     if p.next_run_at is not None and slots:
         assert p.next_run_at > slots[-1], "next_run_at not after every planned slot"
+    if p.collapsed is not None:
+        # the slots folded into the first slot planned: real slots between next_run_at and it
+        assert spec.catchup != "skip" and slots, "slots folded in without a run to stand for them"
+        c = p.collapsed
+        assert c.count >= 1 and next_run_at <= c.first <= c.last < slots[0], f"collapsed {c}"
+        assert is_slot(t, c.first) and is_slot(t, c.last), f"collapsed {c} not slots of the timing"
     ahead = [slot for slot in p.run if slot > now]
     if ahead:
         # Created ahead with a grace; if nobody starts them, the policy settles them within bounds.
         assert p.ahead_grace is not None and p.ahead_grace > timedelta(0), (
             "slots created ahead without a grace"
         )
-        stale = [StaleRun(slot, saturating_add(slot, p.ahead_grace)) for slot in ahead]
+        stale = [
+            StaleRun(slot, saturating_add(slot, offset + p.ahead_grace), saturating_add(slot, offset))
+            for slot in ahead
+        ]
         later = saturating_add(stale[-1].start_by, timedelta(microseconds=1))
         why = settle_stale(
             spec.catchup, stale, 0, later, max_lateness=spec.max_lateness, max_catchup=spec.max_catchup
@@ -508,6 +526,37 @@ def test_one_tick_keeps_the_bounds(entry: dict[str, Any], applied_at: datetime, 
         check_plan(s, s.next_run_at, now, p)
 
 
+@PROPERTY
+@given(entry=entries(spread=True), applied_at=APPLIED, later=LATER)
+@example(
+    entry={"name": "s", "job": "noop", "every": "1m", "catchup": "skip", "spread": "59.999999s"},
+    applied_at=datetime(2026, 1, 1, tzinfo=UTC),
+    later=timedelta(seconds=61),
+)
+@example(
+    entry={"name": "s", "job": "noop", "cron": "0 * * * *", "spread": "3660d", "max_lateness": "1us"},
+    applied_at=datetime(2026, 1, 1, tzinfo=UTC),
+    later=10 * YEAR,
+)
+@example(
+    entry={"name": "s", "job": "noop", "every": "3660d", "spread": "3659d", "catchup": "all"},
+    applied_at=datetime(2990, 1, 1, tzinfo=UTC),
+    later=timedelta(0),
+)
+def test_a_spread_schedule_keeps_the_bounds(
+    entry: dict[str, Any], applied_at: datetime, later: timedelta
+) -> None:
+    # Whatever spread the file accepts (a cron's is bounded by apply, not here: any is planned),
+    # the offset is within it and a tick keeps every bound, lateness counted from slot + offset.
+    spec = accepted_spec(entry)
+    s = store(spec, applied_at)
+    now = s.next_run_at + later
+    note(f"next_run_at={s.next_run_at.isoformat()} now={now.isoformat()} offset={spec.spread_offset()}")
+    p = plan(s, s.next_run_at, now)
+    if p is not None:
+        check_plan(s, s.next_run_at, now, p)
+
+
 # A tick that hits the limit ticks again at once; at one instant the whole loop keeps the bounds too.
 LOOP_CALLS = 12
 
@@ -540,7 +589,7 @@ def test_the_ticks_at_one_instant_keep_the_bounds_together(
     assert len(due) <= spec.max_catchup, (
         f"{len(due)} due slots in {calls} ticks, max_catchup {spec.max_catchup}"
     )
-    late = now - grace_at(s, now)
+    late = saturating_add(now, -(spec.spread_offset() + grace_at(s, now)))
     if spec.catchup == "latest":
         assert sum(1 for slot in created if slot < late) <= 1, "latest created several missed slots"
     if spec.max_catchup + 60 * 60 <= (LOOP_CALLS - 2) * LIMIT:

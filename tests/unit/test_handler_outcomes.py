@@ -43,9 +43,9 @@ def raising(e: BaseException) -> Any:
     ],
 )
 def test_any_exception_is_an_outcome(exc: BaseException, verdict: str, text: str) -> None:
-    got, error = execute(raising(exc), ctx())
+    got, error, _ = execute(raising(exc), ctx())
     assert got == verdict and error is not None and error.startswith(text + " (at "), error
-    got, error = asyncio.run(execute_async(raising(exc), ctx()))
+    got, error, _ = asyncio.run(execute_async(raising(exc), ctx()))
     assert got == verdict and error is not None and error.startswith(text + " (at "), error
 
 
@@ -56,11 +56,11 @@ def test_a_sync_handler_returning_an_awaitable_fails_and_its_coroutine_is_closed
         ran.append(1)
 
     coro = work()
-    verdict, error = execute(lambda _: coro, ctx())
+    verdict, error, _ = execute(lambda _: coro, ctx())
     assert verdict == "failed" and error is not None
     assert "returned coroutine, an awaitable that a handler thread cannot run" in error
     assert "async def" in error and inspect.getcoroutinestate(coro) == "CORO_CLOSED" and not ran
-    assert execute(lambda _: 42, ctx()) == ("done", None)  # any other return value is a success
+    assert execute(lambda _: 42, ctx()) == ("done", None, b"42")  # a return value is the result
 
 
 def test_an_async_handler_runs_to_completion_and_cancellation_is_cancelled() -> None:
@@ -71,9 +71,9 @@ def test_an_async_handler_runs_to_completion_and_cancellation_is_cancelled() -> 
         await asyncio.sleep(0)
         steps.append("done")
 
-    assert asyncio.run(execute_async(handler, ctx())) == ("done", None) and steps == ["start", "done"]
+    assert asyncio.run(execute_async(handler, ctx())) == ("done", None, None) and steps == ["start", "done"]
 
-    async def cancelled() -> tuple[str, str | None]:
+    async def cancelled() -> tuple[str, str | None, bytes | None]:
         async def forever(c: JobContext) -> None:
             await asyncio.sleep(3600)
 
@@ -107,7 +107,7 @@ def test_is_async_is_what_python_says_of_the_function() -> None:
     assert not is_async(s) and not is_async(print)
     # A plain `def` wrapper is sync (it might run the coroutine itself); returning one fails clearly.
     assert not is_async(plain_wrapper)
-    verdict, error = execute(plain_wrapper, ctx())
+    verdict, error, _ = execute(plain_wrapper, ctx())
     assert verdict == "failed" and error is not None and "(a decorator's wrapper too)" in error
 
 
@@ -115,7 +115,7 @@ def test_the_sync_wait_refuses_to_block_an_event_loop_and_sleep_returns_early_wh
     async def handler(c: JobContext) -> None:
         c.wait(1)
 
-    verdict, error = asyncio.run(execute_async(handler, ctx()))
+    verdict, error, _ = asyncio.run(execute_async(handler, ctx()))
     assert verdict == "failed" and error is not None and "use `await ctx.sleep(seconds)`" in error
 
     async def sleeps() -> tuple[bool, bool]:

@@ -14,12 +14,14 @@ def test_every_statement_is_short_enough_for_psycopg_to_cache() -> None:
     assert too_long == {}
 
 
-def test_compact_drops_comment_lines_and_indentation_only() -> None:
+def test_compact_drops_comment_lines_indentation_and_spaces_that_do_not_matter() -> None:
     sql = (
         "-- about it\nSELECT a,\n       b -- kept: after code\n  FROM t\n\n  --indented comment\n"
-        "WHERE x = '--'\n"
+        "WHERE x = '--' AND f(y, z) >= 1 AND w = 'a, b = c' AND v = 'it''s, = so'\n"
     )
-    assert compact(sql) == "SELECT a,\nb -- kept: after code\nFROM t\nWHERE x = '--'"
+    assert compact(sql) == (
+        "SELECT a,\nb -- kept: after code\nFROM t\nWHERE x='--' AND f(y,z) >= 1 AND w='a, b = c' AND v='it''s, = so'"
+    )
     assert parse_statements("-- name: one\n-- c\nSELECT 1\n-- name: two\nSELECT 2\n") == {
         "one": "SELECT 1",
         "two": "SELECT 2",

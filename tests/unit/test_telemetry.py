@@ -253,7 +253,7 @@ def test_a_failed_attempt_records_the_exception_and_is_an_error(spans: InMemoryS
 
     a = attempt()
     with attempt_spans.attempt_span(a, None):
-        verdict, error = execute(handler, a.context("worker-7"))
+        verdict, error, _ = execute(handler, a.context("worker-7"))
     assert verdict == "failed" and error
     attempt_spans.attempt_recorded(a, "failed", error)
     s = only(spans)
@@ -275,7 +275,7 @@ def test_a_huge_exception_and_huge_attributes_are_clipped(spans: InMemorySpanExp
 
     a = attempt()
     with attempt_spans.attempt_span(a, None):
-        verdict, error = execute(handler, a.context("worker-7"))
+        verdict, error, _ = execute(handler, a.context("worker-7"))
     attempt_spans.attempt_recorded(a, "failed", error)
     s = only(spans)
     assert s.attributes is not None and len(str(s.attributes["app.blob"])) <= attempt_spans.MAX_VALUE_CHARS
