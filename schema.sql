@@ -2,6 +2,54 @@
 -- tests.schema_snapshot > schema.sql). A test checks that migrating an empty database yields it.
 CREATE TYPE fleet.run_status AS ENUM ('pending', 'running', 'done', 'dead', 'skipped');
 
+CREATE TABLE fleet.alert_outbox (
+    id bigint NOT NULL,
+    route text NOT NULL,
+    subject text NOT NULL,
+    verdict text NOT NULL,
+    event text NOT NULL,
+    payload jsonb NOT NULL,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    status text NOT NULL DEFAULT 'pending'::text,
+    attempts integer NOT NULL DEFAULT 0,
+    next_at timestamp with time zone NOT NULL DEFAULT now(),
+    locked_by text,
+    locked_until timestamp with time zone,
+    sent_at timestamp with time zone,
+    last_error text,
+    CONSTRAINT alert_outbox_event_check CHECK ((event = ANY (ARRAY['alert'::text, 'repeat'::text, 'recovery'::text]))),
+    CONSTRAINT alert_outbox_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'sending'::text, 'sent'::text, 'failed'::text]))),
+    CONSTRAINT alert_outbox_route_fkey FOREIGN KEY (route) REFERENCES fleet.alert_routes(name) ON DELETE CASCADE,
+    CONSTRAINT alert_outbox_pkey PRIMARY KEY (id)
+);
+CREATE INDEX alert_outbox_created ON fleet.alert_outbox USING btree (created_at);
+CREATE INDEX alert_outbox_open ON fleet.alert_outbox USING btree (route, subject, id) WHERE (status = ANY (ARRAY['pending'::text, 'sending'::text]));
+
+CREATE TABLE fleet.alert_routes (
+    name text NOT NULL,
+    kind text NOT NULL,
+    schedules text[] NOT NULL,
+    verdicts text[] NOT NULL,
+    repeat interval,
+    recovery boolean NOT NULL DEFAULT true,
+    target jsonb NOT NULL DEFAULT '{}'::jsonb,
+    updated_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT alert_routes_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'slack'::text, 'email'::text]))),
+    CONSTRAINT alert_routes_repeat_check CHECK ((repeat > '00:00:00'::interval)),
+    CONSTRAINT alert_routes_pkey PRIMARY KEY (name)
+);
+
+CREATE TABLE fleet.alert_state (
+    route text NOT NULL,
+    subject text NOT NULL,
+    verdict text NOT NULL,
+    opened_at timestamp with time zone NOT NULL,
+    last_sent_at timestamp with time zone NOT NULL,
+    notices integer NOT NULL DEFAULT 1,
+    CONSTRAINT alert_state_route_fkey FOREIGN KEY (route) REFERENCES fleet.alert_routes(name) ON DELETE CASCADE,
+    CONSTRAINT alert_state_pkey PRIMARY KEY (route, subject, verdict)
+);
+
 CREATE TABLE fleet.chores (
     name text NOT NULL,
     due_at timestamp with time zone NOT NULL DEFAULT now(),
@@ -26,6 +74,7 @@ CREATE TABLE fleet.job_attempts (
     trace_id text,
     span_id text,
     traced boolean NOT NULL DEFAULT false,
+    renewed_at timestamp with time zone,
     CONSTRAINT job_attempts_pkey PRIMARY KEY (schedule_name, scheduled_for, attempt)
 );
 
@@ -57,6 +106,7 @@ CREATE TABLE fleet.job_runs (
     start_by timestamp with time zone,
     result jsonb,
     run_window jsonb,
+    renewed_at timestamp with time zone,
     CONSTRAINT job_runs_finite_times CHECK ((isfinite(scheduled_for) AND isfinite(run_after) AND isfinite(locked_until) AND isfinite(started_at) AND isfinite(finished_at))) NOT VALID,
     CONSTRAINT job_runs_origin_check CHECK ((origin = ANY (ARRAY['schedule'::text, 'trigger'::text, 'backfill'::text]))),
     CONSTRAINT job_runs_start_by_finite CHECK (isfinite(start_by)) NOT VALID,
@@ -71,7 +121,7 @@ CREATE INDEX job_runs_leases ON fleet.job_runs USING btree (locked_until) WHERE 
 CREATE INDEX job_runs_open ON fleet.job_runs USING btree (schedule_name, scheduled_for) WHERE (status = ANY (ARRAY['pending'::fleet.run_status, 'running'::fleet.run_status]));
 CREATE INDEX job_runs_pending ON fleet.job_runs USING btree (run_after) WHERE (status = 'pending'::fleet.run_status);
 CREATE INDEX job_runs_start_by ON fleet.job_runs USING btree (start_by) WHERE (start_by IS NOT NULL);
-CREATE TRIGGER job_runs_delete_attempts AFTER DELETE ON fleet.job_runs REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION fleet.delete_attempts();
+CREATE TRIGGER job_runs_deleted AFTER DELETE ON fleet.job_runs REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION fleet.runs_deleted();
 
 CREATE TABLE fleet.migrations (
     version integer NOT NULL,
@@ -154,10 +204,12 @@ CREATE TABLE fleet.schedules (
     cadence_gap interval,
     broken_at timestamp with time zone,
     broken_error text,
+    deadline interval,
     spread interval,
     spread_offset interval NOT NULL DEFAULT '00:00:00'::interval,
     CONSTRAINT schedules_catchup_check CHECK ((catchup = ANY (ARRAY['skip'::text, 'latest'::text, 'all'::text]))),
     CONSTRAINT schedules_check CHECK (((every IS NULL) <> (cron IS NULL))),
+    CONSTRAINT schedules_deadline_check CHECK ((deadline > '00:00:00'::interval)),
     CONSTRAINT schedules_dst_missing_check CHECK ((dst_missing = ANY (ARRAY['shift'::text, 'skip'::text]))),
     CONSTRAINT schedules_dst_repeated_check CHECK ((dst_repeated = ANY (ARRAY['first'::text, 'last'::text]))),
     CONSTRAINT schedules_every_check CHECK ((every > '00:00:00'::interval)),
@@ -173,20 +225,41 @@ CREATE TABLE fleet.schedules (
 ALTER TABLE fleet.schedules SET (autovacuum_vacuum_scale_factor=0.05);
 CREATE INDEX schedules_cadence_expiry ON fleet.schedules USING btree (COALESCE(cadence_mid, cadence_until, '-infinity'::timestamp with time zone)) WHERE (cron IS NOT NULL);
 CREATE INDEX schedules_cadence_outdated ON fleet.schedules USING btree (name) WHERE ((cron IS NOT NULL) AND (cadence_hash IS DISTINCT FROM timing_hash));
+CREATE INDEX schedules_deadline ON fleet.schedules USING btree (name) WHERE (deadline IS NOT NULL);
 CREATE INDEX schedules_due ON fleet.schedules USING btree (next_run_at) WHERE (enabled AND (paused_at IS NULL));
 
-CREATE OR REPLACE FUNCTION fleet.delete_attempts()
- RETURNS trigger
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
+CREATE TABLE fleet.slot_outcomes (
+    id bigint NOT NULL,
+    schedule_name text NOT NULL,
+    first_slot timestamp with time zone NOT NULL,
+    last_slot timestamp with time zone NOT NULL,
+    slots integer NOT NULL,
+    records bytea NOT NULL,
+    removed_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT slot_outcomes_check CHECK ((octet_length(records) = (16 * slots))),
+    CONSTRAINT slot_outcomes_check1 CHECK ((first_slot <= last_slot)),
+    CONSTRAINT slot_outcomes_slots_check CHECK ((slots > 0)),
+    CONSTRAINT slot_outcomes_pkey PRIMARY KEY (id)
+);
+CREATE INDEX slot_outcomes_age ON fleet.slot_outcomes USING btree (last_slot);
+CREATE INDEX slot_outcomes_schedule ON fleet.slot_outcomes USING btree (schedule_name, last_slot);
+
+CREATE OR REPLACE FUNCTION fleet.ledger_code(status fleet.run_status, attempts integer, last_outcome text, last_error text, origin text, lease_expired boolean)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
 AS $function$
-BEGIN
-    DELETE FROM fleet.job_attempts a
-    USING gone g
-    WHERE a.schedule_name = g.schedule_name AND a.scheduled_for = g.scheduled_for;
-    RETURN NULL;
-END
+SELECT least(attempts, 16777215)::bigint * 256
+       + CASE WHEN status = 'done' THEN CASE WHEN attempts > 1 AND lease_expired THEN 2 ELSE 1 END
+              WHEN status = 'dead' THEN 3
+              WHEN status = 'pending' THEN 4
+              WHEN status = 'running' THEN 5
+              WHEN last_outcome = 'discarded' THEN 9
+              WHEN last_error LIKE 'catchup %' THEN 6
+              WHEN last_error LIKE 'max_lateness:%' THEN 7
+              WHEN last_error LIKE 'overlap:%' THEN 8
+              ELSE 10 END
+       + CASE WHEN origin = 'schedule' THEN 0 ELSE 16 END
 $function$;
 
 CREATE OR REPLACE FUNCTION fleet.previous_success(run_schedule text, run_slot timestamp with time zone, run_attempts integer)
@@ -200,4 +273,33 @@ AS $function$
       AND p.status = 'done'
     ORDER BY p.scheduled_for DESC
     LIMIT 1
+$function$;
+
+CREATE OR REPLACE FUNCTION fleet.runs_deleted()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF coalesce(current_setting('fleet.keep_outcomes', true), '') <> 'off' THEN
+        INSERT INTO fleet.slot_outcomes (schedule_name, first_slot, last_slot, slots, records)
+        SELECT g.schedule_name, min(g.scheduled_for), max(g.scheduled_for), count(*),
+               string_agg(timestamptz_send(g.scheduled_for)
+                          || int8send(fleet.ledger_code(g.status, g.attempts, g.last_outcome, g.last_error,
+                                                        g.origin,
+                                                        EXISTS (SELECT 1 FROM fleet.job_attempts a
+                                                                WHERE a.schedule_name = g.schedule_name
+                                                                  AND a.scheduled_for = g.scheduled_for
+                                                                  AND a.outcome = 'lease_expired'))),
+                          ''::bytea ORDER BY g.scheduled_for)
+        FROM gone g
+        WHERE g.status IN ('done', 'skipped', 'dead')
+        GROUP BY g.schedule_name;
+    END IF;
+    DELETE FROM fleet.job_attempts a
+    USING gone g
+    WHERE a.schedule_name = g.schedule_name AND a.scheduled_for = g.scheduled_for;
+    RETURN NULL;
+END
 $function$;
