@@ -19,9 +19,14 @@ def parse_statements(text: str, statements: dict[str, str] | None = None) -> dic
     return found
 
 
+_OPERATOR = re.compile(r" (<>|<=|>=|\+) (?![-+])")
+
+
 def compact(sql: str) -> str:
     """The statement without its comment lines and indentation, and without the spaces after a
-    comma and around an equals sign outside string literals.
+    comma and around `=`, `<>`, `<=`, `>=` and `+` outside string literals (not before a sign,
+    which would join the operator: PostgreSQL reads `<=-1` as `<=` then `-1`, but a run of
+    operator characters can take a trailing sign into one operator).
 
     Comments stay in the files; what is sent is short enough (under 4 kB) for psycopg to keep its
     conversion of the placeholders instead of parsing the text again at every execution. The
@@ -31,7 +36,7 @@ def compact(sql: str) -> str:
     text = "\n".join(line for line in lines if line and not line.startswith("--"))
     parts = text.split("'")
     for i in range(0, len(parts), 2):  # the even parts lie outside string literals ('' included)
-        parts[i] = parts[i].replace(", ", ",").replace(" = ", "=")
+        parts[i] = _OPERATOR.sub(r"\1", parts[i].replace(", ", ",").replace(" = ", "="))
     return "'".join(parts)
 
 

@@ -57,7 +57,7 @@ def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
 def stored(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
     rows = conn.execute(
         "SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_catchup,"
-        " max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, spread,"
+        " max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, deadline, spread,"
         " spread_offset, enabled, timing_hash"
         " FROM fleet.schedules"
     ).fetchall()
