@@ -17,10 +17,11 @@ def test_every_statement_is_short_enough_for_psycopg_to_cache() -> None:
 def test_compact_drops_comment_lines_indentation_and_spaces_that_do_not_matter() -> None:
     sql = (
         "-- about it\nSELECT a,\n       b -- kept: after code\n  FROM t\n\n  --indented comment\n"
-        "WHERE x = '--' AND f(y, z) >= 1 AND w = 'a, b = c' AND v = 'it''s, = so'\n"
+        "WHERE x = '--' AND f(y, z) >= 1 AND w = 'a, b = c' AND v = 'it''s, = so' AND n + 1 <> m <= -2\n"
     )
     assert compact(sql) == (
-        "SELECT a,\nb -- kept: after code\nFROM t\nWHERE x='--' AND f(y,z) >= 1 AND w='a, b = c' AND v='it''s, = so'"
+        "SELECT a,\nb -- kept: after code\nFROM t\nWHERE x='--' AND f(y,z)>=1 AND w='a, b = c' AND v='it''s, = so'"
+        " AND n+1<>m <= -2"
     )
     assert parse_statements("-- name: one\n-- c\nSELECT 1\n-- name: two\nSELECT 2\n") == {
         "one": "SELECT 1",
