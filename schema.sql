@@ -9,6 +9,7 @@ CREATE TABLE fleet.chores (
     cursor text,
     steps bigint NOT NULL DEFAULT 0,
     stepped_at timestamp with time zone,
+    CONSTRAINT chores_time_range CHECK (((due_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (due_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (mark >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (mark < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (stepped_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (stepped_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT chores_pkey PRIMARY KEY (name)
 );
 
@@ -26,7 +27,7 @@ CREATE TABLE fleet.job_attempts (
     trace_id text,
     span_id text,
     traced boolean NOT NULL DEFAULT false,
-    renewed_at timestamp with time zone,
+    CONSTRAINT job_attempts_time_range CHECK (((scheduled_for >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (scheduled_for < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT job_attempts_pkey PRIMARY KEY (schedule_name, scheduled_for, attempt)
 );
 
@@ -56,10 +57,8 @@ CREATE TABLE fleet.job_runs (
     span_id text,
     traced boolean NOT NULL DEFAULT false,
     start_by timestamp with time zone,
-    renewed_at timestamp with time zone,
-    CONSTRAINT job_runs_finite_times CHECK ((isfinite(scheduled_for) AND isfinite(run_after) AND isfinite(locked_until) AND isfinite(started_at) AND isfinite(finished_at))) NOT VALID,
     CONSTRAINT job_runs_origin_check CHECK ((origin = ANY (ARRAY['schedule'::text, 'trigger'::text, 'backfill'::text]))),
-    CONSTRAINT job_runs_start_by_finite CHECK (isfinite(start_by)) NOT VALID,
+    CONSTRAINT job_runs_time_range CHECK (((scheduled_for >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (scheduled_for < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (run_after >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (run_after < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (locked_until >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (locked_until < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (created_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (created_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (start_by >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (start_by < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT job_runs_schedule_name_fkey FOREIGN KEY (schedule_name) REFERENCES fleet.schedules(name) ON DELETE CASCADE,
     CONSTRAINT job_runs_pkey PRIMARY KEY (schedule_name, scheduled_for)
 );
@@ -70,7 +69,7 @@ CREATE INDEX job_runs_leases ON fleet.job_runs USING btree (locked_until) WHERE 
 CREATE INDEX job_runs_open ON fleet.job_runs USING btree (schedule_name, scheduled_for) WHERE (status = ANY (ARRAY['pending'::fleet.run_status, 'running'::fleet.run_status]));
 CREATE INDEX job_runs_pending ON fleet.job_runs USING btree (run_after) WHERE (status = 'pending'::fleet.run_status);
 CREATE INDEX job_runs_start_by ON fleet.job_runs USING btree (start_by) WHERE (start_by IS NOT NULL);
-CREATE TRIGGER job_runs_deleted AFTER DELETE ON fleet.job_runs REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION fleet.runs_deleted();
+CREATE TRIGGER job_runs_delete_attempts AFTER DELETE ON fleet.job_runs REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION fleet.delete_attempts();
 
 CREATE TABLE fleet.migrations (
     version integer NOT NULL,
@@ -92,12 +91,14 @@ CREATE TABLE fleet.processes (
     crashed_at timestamp with time zone,
     last_error text,
     CONSTRAINT fleet_processes_kind_check CHECK ((kind = ANY (ARRAY['ticker'::text, 'worker'::text]))),
+    CONSTRAINT processes_time_range CHECK (((started_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (seen_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (seen_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (crashed_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (crashed_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT fleet_processes_pkey PRIMARY KEY (id)
 );
 
 CREATE TABLE fleet.schedule_gates (
     name text NOT NULL,
     running_slot timestamp with time zone,
+    CONSTRAINT schedule_gates_time_range CHECK (((running_slot >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (running_slot < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT schedule_gates_name_fkey FOREIGN KEY (name) REFERENCES fleet.schedules(name) ON DELETE CASCADE,
     CONSTRAINT schedule_gates_pkey PRIMARY KEY (name)
 );
@@ -112,6 +113,7 @@ CREATE TABLE fleet.schedule_stats (
     last_finished_at timestamp with time zone,
     last_error text,
     dirty integer NOT NULL DEFAULT 0,
+    CONSTRAINT schedule_stats_time_range CHECK (((last_success_slot >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (last_success_slot < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (last_success_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (last_success_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (last_slot >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (last_slot < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (last_finished_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (last_finished_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT schedule_stats_name_fkey FOREIGN KEY (name) REFERENCES fleet.schedules(name) ON DELETE CASCADE,
     CONSTRAINT schedule_stats_pkey PRIMARY KEY (name)
 );
@@ -158,12 +160,12 @@ CREATE TABLE fleet.schedules (
     CONSTRAINT schedules_dst_missing_check CHECK ((dst_missing = ANY (ARRAY['shift'::text, 'skip'::text]))),
     CONSTRAINT schedules_dst_repeated_check CHECK ((dst_repeated = ANY (ARRAY['first'::text, 'last'::text]))),
     CONSTRAINT schedules_every_check CHECK ((every > '00:00:00'::interval)),
-    CONSTRAINT schedules_finite_times CHECK ((isfinite(next_run_at) AND isfinite(start_at) AND isfinite(paused_at) AND isfinite(broken_at))) NOT VALID,
     CONSTRAINT schedules_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT schedules_max_catchup_check CHECK (((max_catchup >= 1) AND (max_catchup <= 100000))),
     CONSTRAINT schedules_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$'::text)),
     CONSTRAINT schedules_overlap_check CHECK ((overlap = ANY (ARRAY['allow'::text, 'skip'::text, 'queue'::text]))),
     CONSTRAINT schedules_retention_check CHECK ((retention > '00:00:00'::interval)),
+    CONSTRAINT schedules_time_range CHECK (((start_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (start_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (paused_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (paused_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (next_run_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (next_run_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (created_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (created_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (updated_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (updated_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (cadence_from >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (cadence_from < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (cadence_mid >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (cadence_mid < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (cadence_until >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (cadence_until < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (broken_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (broken_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (cadence_gap > '00:00:00'::interval) AND (cadence_gap <= '146097 days'::interval))) NOT VALID,
     CONSTRAINT schedules_pkey PRIMARY KEY (name)
 );
 ALTER TABLE fleet.schedules SET (autovacuum_vacuum_scale_factor=0.05);
@@ -171,62 +173,13 @@ CREATE INDEX schedules_cadence_expiry ON fleet.schedules USING btree (COALESCE(c
 CREATE INDEX schedules_cadence_outdated ON fleet.schedules USING btree (name) WHERE ((cron IS NOT NULL) AND (cadence_hash IS DISTINCT FROM timing_hash));
 CREATE INDEX schedules_due ON fleet.schedules USING btree (next_run_at) WHERE (enabled AND (paused_at IS NULL));
 
-CREATE TABLE fleet.slot_outcomes (
-    id bigint NOT NULL,
-    schedule_name text NOT NULL,
-    first_slot timestamp with time zone NOT NULL,
-    last_slot timestamp with time zone NOT NULL,
-    slots integer NOT NULL,
-    records bytea NOT NULL,
-    removed_at timestamp with time zone NOT NULL DEFAULT now(),
-    CONSTRAINT slot_outcomes_check CHECK ((octet_length(records) = (16 * slots))),
-    CONSTRAINT slot_outcomes_check1 CHECK ((first_slot <= last_slot)),
-    CONSTRAINT slot_outcomes_slots_check CHECK ((slots > 0)),
-    CONSTRAINT slot_outcomes_pkey PRIMARY KEY (id)
-);
-CREATE INDEX slot_outcomes_age ON fleet.slot_outcomes USING btree (last_slot);
-CREATE INDEX slot_outcomes_schedule ON fleet.slot_outcomes USING btree (schedule_name, last_slot);
-
-CREATE OR REPLACE FUNCTION fleet.ledger_code(status fleet.run_status, attempts integer, last_outcome text, last_error text, origin text, lease_expired boolean)
- RETURNS bigint
- LANGUAGE sql
- IMMUTABLE PARALLEL SAFE
-AS $function$
-SELECT least(attempts, 16777215)::bigint * 256
-       + CASE WHEN status = 'done' THEN CASE WHEN attempts > 1 AND lease_expired THEN 2 ELSE 1 END
-              WHEN status = 'dead' THEN 3
-              WHEN status = 'pending' THEN 4
-              WHEN status = 'running' THEN 5
-              WHEN last_outcome = 'discarded' THEN 9
-              WHEN last_error LIKE 'catchup %' THEN 6
-              WHEN last_error LIKE 'max_lateness:%' THEN 7
-              WHEN last_error LIKE 'overlap:%' THEN 8
-              ELSE 10 END
-       + CASE WHEN origin = 'schedule' THEN 0 ELSE 16 END
-$function$;
-
-CREATE OR REPLACE FUNCTION fleet.runs_deleted()
+CREATE OR REPLACE FUNCTION fleet.delete_attempts()
  RETURNS trigger
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    IF coalesce(current_setting('fleet.keep_outcomes', true), '') <> 'off' THEN
-        INSERT INTO fleet.slot_outcomes (schedule_name, first_slot, last_slot, slots, records)
-        SELECT g.schedule_name, min(g.scheduled_for), max(g.scheduled_for), count(*),
-               string_agg(timestamptz_send(g.scheduled_for)
-                          || int8send(fleet.ledger_code(g.status, g.attempts, g.last_outcome, g.last_error,
-                                                        g.origin,
-                                                        EXISTS (SELECT 1 FROM fleet.job_attempts a
-                                                                WHERE a.schedule_name = g.schedule_name
-                                                                  AND a.scheduled_for = g.scheduled_for
-                                                                  AND a.outcome = 'lease_expired'))),
-                          ''::bytea ORDER BY g.scheduled_for)
-        FROM gone g
-        WHERE g.status IN ('done', 'skipped', 'dead')
-        GROUP BY g.schedule_name;
-    END IF;
     DELETE FROM fleet.job_attempts a
     USING gone g
     WHERE a.schedule_name = g.schedule_name AND a.scheduled_for = g.scheduled_for;
