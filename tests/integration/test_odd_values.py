@@ -5,10 +5,6 @@ the metrics and every dashboard page answer (exit 0 or 1, HTTP 200); none prints
 
 from __future__ import annotations
 
-import threading
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,13 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet.ops.dashboard.app import Dashboard
-from fleet.ops.dashboard.config import settings_from
-from fleet.ops.dashboard.server import DashboardServer
-from fleet.ops.metrics import FleetCollector
 from fleet.ops.targets import iso
-from fleet.pool import make_pool
-from tests.integration.ops_support import add_run, fleetctl, samples
+from tests.integration.ops_support import add_run
+from tests.readers import dashboard_at, reader_failures
 from tests.support import apply_text, live_ticker, scalar
 
 LOW = datetime(1000, 1, 1, tzinfo=UTC)
@@ -108,80 +100,8 @@ def set_times(conn: psycopg.Connection[Any], pick: Any) -> None:
 
 @pytest.fixture
 def dashboard(db_url: str) -> Iterator[str]:
-    """The base URL of a dashboard on a free loopback port."""
-    settings = settings_from(
-        listen="127.0.0.1:0",
-        read_only=False,
-        trace_url=None,
-        refresh_s=3,
-        threads=2,
-        env={},
-        local_actions=True,
-    )
-    pool = make_pool(db_url, "odd-values-test", min_size=1, max_size=2)
-    app = Dashboard(settings, pool)
-    server = DashboardServer(("127.0.0.1", 0), app, 2, deadline_s=10.0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-        app.close()
-        pool.close()
-
-
-def get(base: str, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(base + path, timeout=20) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def assert_every_reader_answers(
-    db_url: str, conn: psycopg.Connection[Any], base: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """status (text, JSON), runs, show, dead, workers, the metrics and every page answer."""
-    slots = [
-        r["scheduled_for"]
-        for r in conn.execute("SELECT scheduled_for FROM fleet.job_runs WHERE schedule_name = 's'")
-    ]
-    commands: list[tuple[str, ...]] = [
-        ("status",),
-        ("status", "--json"),
-        ("runs", "--all"),
-        ("runs", "s", "--json"),
-        ("dead",),
-        ("workers",),
-        ("show", "s", iso(slots[0])),
-        ("show", "s", iso(LOW)),
-        ("show", "s", iso(HIGH), "--json"),
-    ]
-    failed = []
-    for args in commands:
-        code, out, err = fleetctl(capsys, db_url, *args)
-        if code not in (0, 1) or "Traceback" in err:
-            failed.append((args, code, err[-1000:]))
-    scrape = samples(FleetCollector(db_url, settle_s=0).render().decode())
-    if scrape[("fleet_database_up", ())] != 1:
-        failed.append(("metrics", 0, ""))
-    paths = [
-        "/",
-        "/?fragment=1",
-        "/workers",
-        "/schedules/s",
-        "/schedules/c?fragment=1",
-        "/schedules/s/args.json",
-    ]
-    paths += [f"/schedules/s/slots/{urllib.parse.quote(iso(slot))}" for slot in slots]
-    for path in paths:
-        status, body = get(base, path)
-        if status != 200:
-            failed.append((path, status, body[:1000]))
-    assert not failed, "\n".join(map(str, failed))
+    with dashboard_at(db_url) as base:
+        yield base
 
 
 @pytest.mark.parametrize(
@@ -205,7 +125,7 @@ def test_every_reader_answers_with_times_at_the_ends_of_the_range(
     assert (
         scalar(conn, "SELECT count(*) FROM fleet.schedules WHERE next_run_at IN (%s, %s)", (LOW, HIGH)) == 2
     )
-    assert_every_reader_answers(db_url, conn, dashboard, capsys)
+    assert not (failed := reader_failures(db_url, dashboard, capsys)), failed
 
 
 def test_every_reader_answers_with_the_largest_numbers_and_odd_text(
@@ -241,7 +161,7 @@ def test_every_reader_answers_with_the_largest_numbers_and_odd_text(
         " last_error = %(odd)s, jobs = ARRAY[%(odd)s]",
         {"max": INT_MAX, "odd": odd},
     )
-    assert_every_reader_answers(db_url, conn, dashboard, capsys)
+    assert not (failed := reader_failures(db_url, dashboard, capsys)), failed
 
 
 @pytest.mark.parametrize(
