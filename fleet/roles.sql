@@ -147,50 +147,54 @@ CREATE OR REPLACE FUNCTION fleet.role_longest_duration() RETURNS interval
 -- The longest gap a timing can have between two slots, bounded from above: an interval schedule's
 -- `every`; for a cron, by the fields it restricts (in absolute time, a day of a time zone's change
 -- included): minutes 2 hours, hours too 2 days, days of the week 8 days, days of the month 63 days
--- (the 31st), `n#k` or L among weekdays a year; months too, a year and 2 days where every year has
--- the days named (every month has every weekday, and the days 1 to 28), else (29 February on a
--- Monday comes every 28 years or more) 400 years, a full cycle of the calendar.
-CREATE OR REPLACE FUNCTION fleet.timing_longest_gap(every interval, cron text) RETURNS interval
+-- (the 31st), `n#k` or L among weekdays 368 days; months too, 368 days where every year has the
+-- days named (every month has every weekday, and the days 1 to 28), else (29 February on a Monday
+-- comes every 28 years or more) 400 years, a full cycle of the calendar. Where a slot that falls in
+-- a time zone's skipped hour is skipped (dst_missing = 'skip'), one slot a year may be missing: the
+-- gap doubles, and a day more. Days, not months or years: intervals compare months as 30 days.
+CREATE OR REPLACE FUNCTION fleet.timing_longest_gap(every interval, cron text, dst_missing text) RETURNS interval
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $f$
 DECLARE
     f text[];
     dom text;
-    mon text;
     dow text;
     special_dow boolean;
+    gap interval;
 BEGIN
     IF every IS NOT NULL THEN
         RETURN every;
     END IF;
     f := regexp_split_to_array(btrim(coalesce(cron, ''), E' \t'), E'[ \t]+');
     IF f[1] LIKE '@%' THEN
-        RETURN CASE lower(f[1]) WHEN '@hourly' THEN interval '2 hours' WHEN '@daily' THEN interval '2 days'
+        gap := CASE lower(f[1]) WHEN '@hourly' THEN interval '2 hours' WHEN '@daily' THEN interval '2 days'
                     WHEN '@midnight' THEN interval '2 days' WHEN '@weekly' THEN interval '8 days'
-                    WHEN '@monthly' THEN interval '63 days' ELSE interval '1 year 2 days' END;
-    END IF;
-    IF cardinality(f) = 6 THEN
-        f := f[2:6];  -- a leading seconds field
-    END IF;
-    IF cardinality(f) <> 5 THEN
-        RETURN interval '146097 days';
-    END IF;
-    dom := upper(f[3]);
-    mon := f[4];
-    dow := upper(f[5]);
-    special_dow := dow ~ '[#L]';
-    IF mon = '*' THEN
-        IF dom = '*' AND dow = '*' THEN
-            RETURN CASE WHEN f[2] = '*' THEN interval '2 hours' ELSE interval '2 days' END;
-        ELSIF dow <> '*' AND NOT special_dow THEN
-            RETURN interval '8 days';
-        ELSIF dow = '*' THEN
-            RETURN interval '63 days';
+                    WHEN '@monthly' THEN interval '63 days' ELSE interval '368 days' END;
+    ELSE
+        IF cardinality(f) = 6 THEN
+            f := f[2:6];  -- a leading seconds field
         END IF;
-        RETURN interval '1 year 2 days';
-    ELSIF (dom = '*' AND dow = '*') OR (dom !~ '(29|30|31|L|W)' AND NOT special_dow) THEN
-        RETURN interval '1 year 2 days';
+        IF cardinality(f) <> 5 THEN
+            RETURN interval '146097 days';
+        END IF;
+        dom := upper(f[3]);
+        dow := upper(f[5]);
+        special_dow := dow ~ '[#L]';
+        IF f[4] = '*' THEN
+            gap := CASE WHEN dom = '*' AND dow = '*' AND f[2] = '*' THEN interval '2 hours'
+                        WHEN dom = '*' AND dow = '*' THEN interval '2 days'
+                        WHEN dow <> '*' AND NOT special_dow THEN interval '8 days'
+                        WHEN dow = '*' THEN interval '63 days'
+                        ELSE interval '368 days' END;
+        ELSIF (dom = '*' AND dow = '*') OR (dom !~ '(29|30|31|L|W)' AND NOT special_dow) THEN
+            gap := interval '368 days';
+        ELSE
+            RETURN interval '146097 days';
+        END IF;
     END IF;
-    RETURN interval '146097 days';
+    IF dst_missing = 'skip' THEN
+        gap := gap * 2 + interval '1 day';
+    END IF;
+    RETURN gap;
 END
 $f$;
 
@@ -216,8 +220,8 @@ BEGIN
         rule := 'heartbeat';
         IF NEW.locked_by IS NOT DISTINCT FROM OLD.locked_by AND NEW.locked_until <= lease_max
            AND NEW.failures = OLD.failures AND NEW.run_after = OLD.run_after
-           AND NEW.finished_at IS NOT DISTINCT FROM OLD.finished_at AND NEW.start_by IS NULL
-           AND coalesce(NEW.started_at <= now(), true) THEN
+           AND NEW.finished_at IS NOT DISTINCT FROM OLD.finished_at
+           AND (NEW.start_by IS NULL OR NEW.start_by = OLD.start_by) AND coalesce(NEW.started_at <= now(), true) THEN
             RETURN NEW;
         END IF;
     ELSIF NEW.status = 'running' AND NEW.attempts = OLD.attempts + 1 THEN
@@ -235,13 +239,14 @@ BEGIN
         rule := 'overlap skip';
         IF OLD.overlap = 'skip' AND OLD.attempts = 0 AND NEW.attempts = 0 AND OLD.run_after <= now()
            AND NEW.failures = OLD.failures AND NEW.run_after = OLD.run_after AND NEW.finished_at <= now()
-           AND NEW.locked_until IS NULL AND NEW.start_by IS NULL THEN
+           AND NEW.locked_until IS NOT DISTINCT FROM OLD.locked_until AND NEW.start_by IS NULL THEN
             RETURN NEW;
         END IF;
     ELSIF OLD.status = 'running' AND NEW.status IN ('done', 'dead', 'pending') THEN
         rule := 'finish';
         IF NEW.attempts = OLD.attempts AND NEW.locked_until IS NULL AND NEW.locked_by IS NULL
-           AND NEW.failures IN (OLD.failures, OLD.failures + 1) AND NEW.start_by IS NULL
+           AND NEW.failures IN (OLD.failures, OLD.failures + 1)
+           AND (NEW.start_by IS NULL OR NEW.start_by = OLD.start_by)
            AND (CASE WHEN NEW.status = 'pending'
                      THEN NEW.finished_at IS NULL AND NEW.run_after <= now() + (
                               SELECT greatest(s.retry_cap, interval '1 day') FROM fleet.schedules s
@@ -269,7 +274,7 @@ CREATE OR REPLACE TRIGGER job_runs_worker_rules BEFORE UPDATE ON fleet.job_runs 
 CREATE OR REPLACE FUNCTION fleet.schedules_ticker_rules() RETURNS trigger
     LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $f$
 DECLARE
-    gap interval := fleet.timing_longest_gap(NEW.every, NEW.cron);
+    gap interval := fleet.timing_longest_gap(NEW.every, NEW.cron, NEW.dst_missing);
     rule text;
 BEGIN
     IF NEW.next_run_at IS NULL AND OLD.next_run_at IS NOT NULL THEN
