@@ -12,6 +12,10 @@ CREATE TABLE fleet.chores (
     CONSTRAINT chores_time_range CHECK (((due_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (due_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (mark >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (mark < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (stepped_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (stepped_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT chores_pkey PRIMARY KEY (name)
 );
+GRANT SELECT ON fleet.chores TO fleet_operator;
+GRANT SELECT ON fleet.chores TO fleet_reader;
+GRANT INSERT, SELECT, UPDATE ON fleet.chores TO fleet_ticker;
+GRANT SELECT ON fleet.chores TO fleet_worker;
 
 CREATE TABLE fleet.job_attempts (
     schedule_name text NOT NULL,
@@ -30,6 +34,16 @@ CREATE TABLE fleet.job_attempts (
     CONSTRAINT job_attempts_time_range CHECK (((scheduled_for >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (scheduled_for < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT job_attempts_pkey PRIMARY KEY (schedule_name, scheduled_for, attempt)
 );
+ALTER TABLE fleet.job_attempts ENABLE ROW LEVEL SECURITY;
+CREATE POLICY fleet_operator_all ON fleet.job_attempts FOR ALL TO fleet_operator USING (true) WITH CHECK (true);
+CREATE POLICY fleet_read ON fleet.job_attempts FOR SELECT TO public USING (true);
+CREATE POLICY fleet_worker_attempt ON fleet.job_attempts FOR INSERT TO fleet_worker WITH CHECK (((attempt >= 1) AND (EXISTS ( SELECT 1
+   FROM fleet.job_runs r
+  WHERE ((r.schedule_name = job_attempts.schedule_name) AND (r.scheduled_for = job_attempts.scheduled_for) AND ((job_attempts.attempt = r.attempts) OR (job_attempts.attempt = (r.attempts - 1))))))));
+GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.job_attempts TO fleet_operator;
+GRANT SELECT ON fleet.job_attempts TO fleet_reader;
+GRANT SELECT ON fleet.job_attempts TO fleet_ticker;
+GRANT INSERT, SELECT ON fleet.job_attempts TO fleet_worker;
 
 CREATE TABLE fleet.job_runs (
     schedule_name text NOT NULL,
@@ -70,6 +84,22 @@ CREATE INDEX job_runs_open ON fleet.job_runs USING btree (schedule_name, schedul
 CREATE INDEX job_runs_pending ON fleet.job_runs USING btree (run_after) WHERE (status = 'pending'::fleet.run_status);
 CREATE INDEX job_runs_start_by ON fleet.job_runs USING btree (start_by) WHERE (start_by IS NOT NULL);
 CREATE TRIGGER job_runs_delete_attempts AFTER DELETE ON fleet.job_runs REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION fleet.delete_attempts();
+CREATE TRIGGER job_runs_worker_rules BEFORE UPDATE ON fleet.job_runs FOR EACH ROW WHEN ((row_security_active(('fleet.job_runs'::regclass)::oid) AND pg_has_role('fleet_worker'::name, 'USAGE'::text))) EXECUTE FUNCTION fleet.job_runs_worker_rules();
+ALTER TABLE fleet.job_runs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY fleet_operator_all ON fleet.job_runs FOR ALL TO fleet_operator USING (true) WITH CHECK (true);
+CREATE POLICY fleet_read ON fleet.job_runs FOR SELECT TO public USING (true);
+CREATE POLICY fleet_ticker_materialize ON fleet.job_runs FOR INSERT TO fleet_ticker WITH CHECK (((origin = 'schedule'::text) AND (status = ANY (ARRAY['pending'::fleet.run_status, 'skipped'::fleet.run_status])) AND (attempts = 0) AND (EXISTS ( SELECT 1
+   FROM fleet.schedules s
+  WHERE ((s.name = job_runs.schedule_name) AND (s.job = job_runs.job) AND (s.args = job_runs.args) AND (s.overlap = job_runs.overlap))))));
+CREATE POLICY fleet_ticker_retention ON fleet.job_runs FOR DELETE TO fleet_ticker USING ((status = ANY (ARRAY['done'::fleet.run_status, 'skipped'::fleet.run_status])));
+CREATE POLICY fleet_ticker_settle ON fleet.job_runs FOR UPDATE TO fleet_ticker USING (((start_by IS NOT NULL) AND (status = 'pending'::fleet.run_status) AND (attempts = 0) AND (origin = 'schedule'::text))) WITH CHECK (((start_by IS NULL) AND (status = ANY (ARRAY['pending'::fleet.run_status, 'skipped'::fleet.run_status])) AND (attempts = 0)));
+CREATE POLICY fleet_worker_update ON fleet.job_runs FOR UPDATE TO fleet_worker USING (true) WITH CHECK (true);
+GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.job_runs TO fleet_operator;
+GRANT SELECT ON fleet.job_runs TO fleet_reader;
+GRANT DELETE, INSERT, SELECT ON fleet.job_runs TO fleet_ticker;
+GRANT SELECT ON fleet.job_runs TO fleet_worker;
+GRANT UPDATE (finished_at, last_error, start_by, status) ON fleet.job_runs TO fleet_ticker;
+GRANT UPDATE (attempts, failures, finished_at, last_error, last_outcome, locked_by, locked_host, locked_pid, locked_until, run_after, span_id, start_by, started_at, status, trace_id, traced) ON fleet.job_runs TO fleet_worker;
 
 CREATE TABLE fleet.migrations (
     version integer NOT NULL,
@@ -77,6 +107,10 @@ CREATE TABLE fleet.migrations (
     applied_at timestamp with time zone NOT NULL DEFAULT now(),
     CONSTRAINT migrations_pkey PRIMARY KEY (version)
 );
+GRANT SELECT ON fleet.migrations TO fleet_operator;
+GRANT SELECT ON fleet.migrations TO fleet_reader;
+GRANT SELECT ON fleet.migrations TO fleet_ticker;
+GRANT SELECT ON fleet.migrations TO fleet_worker;
 
 CREATE TABLE fleet.processes (
     id text NOT NULL,
@@ -94,6 +128,15 @@ CREATE TABLE fleet.processes (
     CONSTRAINT processes_time_range CHECK (((started_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (seen_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (seen_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (crashed_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (crashed_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT fleet_processes_pkey PRIMARY KEY (id)
 );
+ALTER TABLE fleet.processes ENABLE ROW LEVEL SECURITY;
+CREATE POLICY fleet_operator_all ON fleet.processes FOR ALL TO fleet_operator USING (true) WITH CHECK (true);
+CREATE POLICY fleet_read ON fleet.processes FOR SELECT TO public USING (true);
+CREATE POLICY fleet_ticker_process ON fleet.processes FOR ALL TO fleet_ticker USING ((kind = 'ticker'::text)) WITH CHECK ((kind = 'ticker'::text));
+CREATE POLICY fleet_worker_process ON fleet.processes FOR ALL TO fleet_worker USING ((kind = 'worker'::text)) WITH CHECK ((kind = 'worker'::text));
+GRANT DELETE, SELECT ON fleet.processes TO fleet_operator;
+GRANT SELECT ON fleet.processes TO fleet_reader;
+GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.processes TO fleet_ticker;
+GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.processes TO fleet_worker;
 
 CREATE TABLE fleet.schedule_gates (
     name text NOT NULL,
@@ -102,6 +145,16 @@ CREATE TABLE fleet.schedule_gates (
     CONSTRAINT schedule_gates_name_fkey FOREIGN KEY (name) REFERENCES fleet.schedules(name) ON DELETE CASCADE,
     CONSTRAINT schedule_gates_pkey PRIMARY KEY (name)
 );
+ALTER TABLE fleet.schedule_gates ENABLE ROW LEVEL SECURITY;
+CREATE POLICY fleet_operator_all ON fleet.schedule_gates FOR ALL TO fleet_operator USING (true) WITH CHECK (true);
+CREATE POLICY fleet_read ON fleet.schedule_gates FOR SELECT TO public USING (true);
+CREATE POLICY fleet_worker_gate ON fleet.schedule_gates FOR ALL TO fleet_worker USING (true) WITH CHECK (((running_slot IS NULL) OR (EXISTS ( SELECT 1
+   FROM fleet.job_runs r
+  WHERE ((r.schedule_name = schedule_gates.name) AND (r.scheduled_for = schedule_gates.running_slot) AND (r.status = ANY (ARRAY['pending'::fleet.run_status, 'running'::fleet.run_status])))))));
+GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.schedule_gates TO fleet_operator;
+GRANT SELECT ON fleet.schedule_gates TO fleet_reader;
+GRANT SELECT ON fleet.schedule_gates TO fleet_ticker;
+GRANT INSERT, SELECT, UPDATE ON fleet.schedule_gates TO fleet_worker;
 
 CREATE TABLE fleet.schedule_stats (
     name text NOT NULL,
@@ -119,6 +172,11 @@ CREATE TABLE fleet.schedule_stats (
 );
 ALTER TABLE fleet.schedule_stats SET (fillfactor=50);
 CREATE INDEX schedule_stats_dirty ON fleet.schedule_stats USING btree (name) WHERE (dirty > 0);
+GRANT SELECT ON fleet.schedule_stats TO fleet_operator;
+GRANT SELECT ON fleet.schedule_stats TO fleet_reader;
+GRANT INSERT, SELECT, UPDATE ON fleet.schedule_stats TO fleet_ticker;
+GRANT SELECT ON fleet.schedule_stats TO fleet_worker;
+GRANT UPDATE (dirty) ON fleet.schedule_stats TO fleet_operator;
 
 CREATE TABLE fleet.schedules (
     name text NOT NULL,
@@ -172,6 +230,16 @@ ALTER TABLE fleet.schedules SET (autovacuum_vacuum_scale_factor=0.05);
 CREATE INDEX schedules_cadence_expiry ON fleet.schedules USING btree (COALESCE(cadence_mid, cadence_until, '-infinity'::timestamp with time zone)) WHERE (cron IS NOT NULL);
 CREATE INDEX schedules_cadence_outdated ON fleet.schedules USING btree (name) WHERE ((cron IS NOT NULL) AND (cadence_hash IS DISTINCT FROM timing_hash));
 CREATE INDEX schedules_due ON fleet.schedules USING btree (next_run_at) WHERE (enabled AND (paused_at IS NULL));
+CREATE TRIGGER schedules_ticker_rules BEFORE UPDATE ON fleet.schedules FOR EACH ROW WHEN ((row_security_active(('fleet.schedules'::regclass)::oid) AND pg_has_role('fleet_ticker'::name, 'USAGE'::text))) EXECUTE FUNCTION fleet.schedules_ticker_rules();
+ALTER TABLE fleet.schedules ENABLE ROW LEVEL SECURITY;
+CREATE POLICY fleet_operator_all ON fleet.schedules FOR ALL TO fleet_operator USING (true) WITH CHECK (true);
+CREATE POLICY fleet_read ON fleet.schedules FOR SELECT TO public USING (true);
+CREATE POLICY fleet_ticker_advance ON fleet.schedules FOR UPDATE TO fleet_ticker USING (true) WITH CHECK (true);
+GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.schedules TO fleet_operator;
+GRANT SELECT ON fleet.schedules TO fleet_reader;
+GRANT SELECT ON fleet.schedules TO fleet_ticker;
+GRANT SELECT ON fleet.schedules TO fleet_worker;
+GRANT UPDATE (broken_at, broken_error, cadence_from, cadence_gap, cadence_hash, cadence_mid, cadence_until, missed_slots, next_run_at) ON fleet.schedules TO fleet_ticker;
 
 CREATE OR REPLACE FUNCTION fleet.delete_attempts()
  RETURNS trigger
@@ -184,5 +252,151 @@ BEGIN
     USING gone g
     WHERE a.schedule_name = g.schedule_name AND a.scheduled_for = g.scheduled_for;
     RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION fleet.job_runs_worker_rules()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    lease_max timestamptz := now() + fleet.role_longest_duration();
+    rule text;
+BEGIN
+    IF OLD.status = 'running' AND NEW.status = 'running' AND NEW.attempts = OLD.attempts THEN
+        rule := 'heartbeat';
+        IF NEW.locked_by IS NOT DISTINCT FROM OLD.locked_by AND NEW.locked_until <= lease_max
+           AND NEW.failures = OLD.failures AND NEW.run_after = OLD.run_after
+           AND NEW.finished_at IS NOT DISTINCT FROM OLD.finished_at
+           AND (NEW.start_by IS NULL OR NEW.start_by = OLD.start_by) AND coalesce(NEW.started_at <= now(), true) THEN
+            RETURN NEW;
+        END IF;
+    ELSIF NEW.status = 'running' AND NEW.attempts = OLD.attempts + 1 THEN
+        rule := 'claim';
+        IF ((OLD.status = 'pending' AND OLD.run_after <= now()
+             AND (OLD.start_by IS NULL OR OLD.start_by >= now()) AND NEW.failures = OLD.failures)
+            OR (OLD.status = 'running' AND OLD.locked_until < now()
+                AND NEW.failures IN (OLD.failures, OLD.failures + 1)))
+           AND NEW.locked_by IS NOT NULL AND NEW.locked_until <= lease_max AND NEW.start_by IS NULL
+           AND NEW.run_after = OLD.run_after AND NEW.finished_at IS NOT DISTINCT FROM OLD.finished_at
+           AND coalesce(NEW.started_at <= now(), true) THEN
+            RETURN NEW;
+        END IF;
+    ELSIF OLD.status = 'pending' AND NEW.status = 'skipped' THEN
+        rule := 'overlap skip';
+        IF OLD.overlap = 'skip' AND OLD.attempts = 0 AND NEW.attempts = 0 AND OLD.run_after <= now()
+           AND NEW.failures = OLD.failures AND NEW.run_after = OLD.run_after AND NEW.finished_at <= now()
+           AND NEW.locked_until IS NOT DISTINCT FROM OLD.locked_until AND NEW.start_by IS NULL THEN
+            RETURN NEW;
+        END IF;
+    ELSIF OLD.status = 'running' AND NEW.status IN ('done', 'dead', 'pending') THEN
+        rule := 'finish';
+        IF NEW.attempts = OLD.attempts AND NEW.locked_until IS NULL AND NEW.locked_by IS NULL
+           AND NEW.failures IN (OLD.failures, OLD.failures + 1)
+           AND (NEW.start_by IS NULL OR NEW.start_by = OLD.start_by)
+           AND (CASE WHEN NEW.status = 'pending'
+                     THEN NEW.finished_at IS NULL AND NEW.run_after <= now() + (
+                              SELECT greatest(s.retry_cap, interval '1 day') FROM fleet.schedules s
+                              WHERE s.name = NEW.schedule_name)
+                     ELSE NEW.finished_at <= now() AND NEW.run_after = OLD.run_after END) THEN
+            RETURN NEW;
+        END IF;
+    ELSE
+        rule := 'no change a worker makes';
+    END IF;
+    RAISE EXCEPTION 'permission denied for run % %: a worker may not change it from % to % (rule: %)',
+        NEW.schedule_name, NEW.scheduled_for, OLD.status, NEW.status, rule
+        USING ERRCODE = 'insufficient_privilege';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION fleet.role_longest_duration()
+ RETURNS interval
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$ SELECT interval '7 days' $function$;
+
+CREATE OR REPLACE FUNCTION fleet.schedules_ticker_rules()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    gap interval := fleet.timing_longest_gap(NEW.every, NEW.cron, NEW.dst_missing);
+    rule text;
+BEGIN
+    IF NEW.next_run_at IS NULL AND OLD.next_run_at IS NOT NULL THEN
+        rule := 'the next slot is never NULL';
+    ELSIF NEW.next_run_at < OLD.next_run_at THEN
+        rule := 'the next slot only moves forward';
+    ELSIF NEW.next_run_at IS DISTINCT FROM OLD.next_run_at
+          AND NEW.next_run_at > now() + fleet.role_longest_duration() + gap THEN
+        rule := format('the next slot is at most %s (the lookahead) and %s (its timing''s longest gap) from now',
+                       fleet.role_longest_duration(), gap);
+    ELSIF NEW.missed_slots < OLD.missed_slots THEN
+        rule := 'missed slots only grow';
+    ELSIF NEW.broken_at IS DISTINCT FROM OLD.broken_at AND NEW.broken_at > now() THEN
+        rule := 'a schedule breaks now, not later';
+    ELSIF (NEW.cadence_gap IS DISTINCT FROM OLD.cadence_gap OR NEW.cadence_from IS DISTINCT FROM OLD.cadence_from
+           OR NEW.cadence_mid IS DISTINCT FROM OLD.cadence_mid OR NEW.cadence_until IS DISTINCT FROM OLD.cadence_until)
+          AND NOT (coalesce(NEW.cadence_gap <= gap, true)
+                   AND coalesce(NEW.cadence_until - NEW.cadence_mid <= gap, true)
+                   AND (NEW.cadence_gap IS NOT NULL OR coalesce(NEW.cadence_mid - NEW.cadence_from <= gap, true))) THEN
+        rule := 'a cadence gap is at most its timing''s longest gap';
+    ELSE
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'permission denied for schedule %: a ticker may not make this change (rule: %)', NEW.name, rule
+        USING ERRCODE = 'insufficient_privilege';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION fleet.timing_longest_gap(every interval, cron text, dst_missing text)
+ RETURNS interval
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+DECLARE
+    f text[];
+    dom text;
+    dow text;
+    special_dow boolean;
+    gap interval;
+BEGIN
+    IF every IS NOT NULL THEN
+        RETURN every;
+    END IF;
+    f := regexp_split_to_array(btrim(coalesce(cron, ''), E' \t'), E'[ \t]+');
+    IF f[1] LIKE '@%' THEN
+        gap := CASE lower(f[1]) WHEN '@hourly' THEN interval '2 hours' WHEN '@daily' THEN interval '2 days'
+                    WHEN '@midnight' THEN interval '2 days' WHEN '@weekly' THEN interval '8 days'
+                    WHEN '@monthly' THEN interval '63 days' ELSE interval '368 days' END;
+    ELSE
+        IF cardinality(f) = 6 THEN
+            f := f[2:6];  -- a leading seconds field
+        END IF;
+        IF cardinality(f) <> 5 THEN
+            RETURN interval '146097 days';
+        END IF;
+        dom := upper(f[3]);
+        dow := upper(f[5]);
+        special_dow := dow ~ '[#L]';
+        IF f[4] = '*' THEN
+            gap := CASE WHEN dom = '*' AND dow = '*' AND f[2] = '*' THEN interval '2 hours'
+                        WHEN dom = '*' AND dow = '*' THEN interval '2 days'
+                        WHEN dow <> '*' AND NOT special_dow THEN interval '8 days'
+                        WHEN dow = '*' THEN interval '63 days'
+                        ELSE interval '368 days' END;
+        ELSIF (dom = '*' AND dow = '*') OR (dom !~ '(29|30|31|L|W)' AND NOT special_dow) THEN
+            gap := interval '368 days';
+        ELSE
+            RETURN interval '146097 days';
+        END IF;
+    END IF;
+    IF dst_missing = 'skip' THEN
+        gap := gap * 2 + interval '1 day';
+    END IF;
+    RETURN gap;
 END
 $function$;

@@ -365,7 +365,6 @@ def test_a_worker_role_changes_runs_only_as_its_own_statements_do(
     }
     for sql in refused:
         error = denied(worker, sql)
-        print(error.splitlines()[0])
         assert "permission denied" in error or "row-level security" in error, sql
     # Nothing changed, and the registry's other kind is out of reach (no row matches).
     conn.execute("INSERT INTO fleet.processes (id, kind, host, pid) VALUES ('t', 'ticker', 'h', 1)")
@@ -438,7 +437,6 @@ def test_a_ticker_role_only_moves_a_next_slot_forward_within_its_timing(
     ]
     for sql in refused:
         error = denied(ticker, sql)
-        print(error.splitlines()[0])
         assert "permission denied" in error or "row-level security" in error, sql
     assert (
         scalar(conn, "SELECT count(*) FROM fleet.schedules WHERE next_run_at IS NULL OR missed_slots <> 5")
