@@ -84,7 +84,11 @@ CREATE INDEX job_runs_open ON fleet.job_runs USING btree (schedule_name, schedul
 CREATE INDEX job_runs_pending ON fleet.job_runs USING btree (run_after) WHERE (status = 'pending'::fleet.run_status);
 CREATE INDEX job_runs_start_by ON fleet.job_runs USING btree (start_by) WHERE (start_by IS NOT NULL);
 CREATE TRIGGER job_runs_delete_attempts AFTER DELETE ON fleet.job_runs REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION fleet.delete_attempts();
-CREATE TRIGGER job_runs_worker_rules BEFORE UPDATE ON fleet.job_runs FOR EACH ROW WHEN ((row_security_active(('fleet.job_runs'::regclass)::oid) AND pg_has_role('fleet_worker'::name, 'USAGE'::text))) EXECUTE FUNCTION fleet.job_runs_worker_rules();
+CREATE TRIGGER job_runs_worker_rules BEFORE UPDATE ON fleet.job_runs FOR EACH ROW WHEN ((row_security_active(('fleet.job_runs'::regclass)::oid) AND pg_has_role('fleet_worker'::name, 'USAGE'::text) AND ((((old.status = 'running'::fleet.run_status) AND (new.status = 'running'::fleet.run_status) AND (new.attempts = old.attempts) AND (NOT (new.locked_by IS DISTINCT FROM old.locked_by)) AND (new.locked_until <= (now() + '7 days'::interval)) AND (new.failures = old.failures) AND (new.run_after = old.run_after) AND (NOT (new.finished_at IS DISTINCT FROM old.finished_at)) AND ((new.start_by IS NULL) OR (new.start_by = old.start_by)) AND COALESCE((new.started_at <= now()), true)) OR ((new.status = 'running'::fleet.run_status) AND (new.attempts = (old.attempts + 1)) AND (((old.status = 'pending'::fleet.run_status) AND (old.run_after <= now()) AND ((old.start_by IS NULL) OR (old.start_by >= now())) AND (new.failures = old.failures)) OR ((old.status = 'running'::fleet.run_status) AND (old.locked_until < now()) AND ((new.failures = old.failures) OR (new.failures = (old.failures + 1))))) AND (new.locked_by IS NOT NULL) AND (new.locked_until <= (now() + '7 days'::interval)) AND (new.start_by IS NULL) AND (new.run_after = old.run_after) AND (NOT (new.finished_at IS DISTINCT FROM old.finished_at)) AND COALESCE((new.started_at <= now()), true)) OR ((old.status = 'pending'::fleet.run_status) AND (new.status = 'skipped'::fleet.run_status) AND (old.overlap = 'skip'::text) AND (old.attempts = 0) AND (new.attempts = 0) AND (old.run_after <= now()) AND (new.failures = old.failures) AND (new.run_after = old.run_after) AND (new.finished_at <= now()) AND (NOT (new.locked_until IS DISTINCT FROM old.locked_until)) AND (new.start_by IS NULL)) OR ((old.status = 'running'::fleet.run_status) AND (new.status = ANY (ARRAY['done'::fleet.run_status, 'dead'::fleet.run_status, 'pending'::fleet.run_status])) AND (new.attempts = old.attempts) AND (new.locked_until IS NULL) AND (new.locked_by IS NULL) AND ((new.failures = old.failures) OR (new.failures = (old.failures + 1))) AND ((new.start_by IS NULL) OR (new.start_by = old.start_by)) AND
+        CASE
+            WHEN (new.status = 'pending'::fleet.run_status) THEN ((new.finished_at IS NULL) AND (new.run_after <= (now() + '1 day'::interval)))
+            ELSE ((new.finished_at <= now()) AND (new.run_after = old.run_after))
+        END)) IS NOT TRUE))) EXECUTE FUNCTION fleet.job_runs_worker_rules();
 ALTER TABLE fleet.job_runs ENABLE ROW LEVEL SECURITY;
 CREATE POLICY fleet_operator_all ON fleet.job_runs FOR ALL TO fleet_operator USING (true) WITH CHECK (true);
 CREATE POLICY fleet_read ON fleet.job_runs FOR SELECT TO public USING (true);
@@ -260,62 +264,23 @@ CREATE OR REPLACE FUNCTION fleet.job_runs_worker_rules()
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-DECLARE
-    lease_max timestamptz := now() + fleet.role_longest_duration();
-    rule text;
 BEGIN
-    IF OLD.status = 'running' AND NEW.status = 'running' AND NEW.attempts = OLD.attempts THEN
-        rule := 'heartbeat';
-        IF NEW.locked_by IS NOT DISTINCT FROM OLD.locked_by AND NEW.locked_until <= lease_max
-           AND NEW.failures = OLD.failures AND NEW.run_after = OLD.run_after
-           AND NEW.finished_at IS NOT DISTINCT FROM OLD.finished_at
-           AND (NEW.start_by IS NULL OR NEW.start_by = OLD.start_by) AND coalesce(NEW.started_at <= now(), true) THEN
-            RETURN NEW;
-        END IF;
-    ELSIF NEW.status = 'running' AND NEW.attempts = OLD.attempts + 1 THEN
-        rule := 'claim';
-        IF ((OLD.status = 'pending' AND OLD.run_after <= now()
-             AND (OLD.start_by IS NULL OR OLD.start_by >= now()) AND NEW.failures = OLD.failures)
-            OR (OLD.status = 'running' AND OLD.locked_until < now()
-                AND NEW.failures IN (OLD.failures, OLD.failures + 1)))
-           AND NEW.locked_by IS NOT NULL AND NEW.locked_until <= lease_max AND NEW.start_by IS NULL
-           AND NEW.run_after = OLD.run_after AND NEW.finished_at IS NOT DISTINCT FROM OLD.finished_at
-           AND coalesce(NEW.started_at <= now(), true) THEN
-            RETURN NEW;
-        END IF;
-    ELSIF OLD.status = 'pending' AND NEW.status = 'skipped' THEN
-        rule := 'overlap skip';
-        IF OLD.overlap = 'skip' AND OLD.attempts = 0 AND NEW.attempts = 0 AND OLD.run_after <= now()
-           AND NEW.failures = OLD.failures AND NEW.run_after = OLD.run_after AND NEW.finished_at <= now()
-           AND NEW.locked_until IS NOT DISTINCT FROM OLD.locked_until AND NEW.start_by IS NULL THEN
-            RETURN NEW;
-        END IF;
-    ELSIF OLD.status = 'running' AND NEW.status IN ('done', 'dead', 'pending') THEN
-        rule := 'finish';
-        IF NEW.attempts = OLD.attempts AND NEW.locked_until IS NULL AND NEW.locked_by IS NULL
-           AND NEW.failures IN (OLD.failures, OLD.failures + 1)
-           AND (NEW.start_by IS NULL OR NEW.start_by = OLD.start_by)
-           AND (CASE WHEN NEW.status = 'pending'
-                     THEN NEW.finished_at IS NULL AND NEW.run_after <= now() + (
-                              SELECT greatest(s.retry_cap, interval '1 day') FROM fleet.schedules s
-                              WHERE s.name = NEW.schedule_name)
-                     ELSE NEW.finished_at <= now() AND NEW.run_after = OLD.run_after END) THEN
-            RETURN NEW;
-        END IF;
-    ELSE
-        rule := 'no change a worker makes';
+    IF OLD.status = 'running' AND NEW.status = 'pending' AND NEW.attempts = OLD.attempts
+       AND NEW.locked_until IS NULL AND NEW.locked_by IS NULL AND NEW.finished_at IS NULL
+       AND NEW.failures IN (OLD.failures, OLD.failures + 1) AND (NEW.start_by IS NULL OR NEW.start_by = OLD.start_by)
+       AND NEW.run_after <= now() + (SELECT s.retry_cap FROM fleet.schedules s WHERE s.name = NEW.schedule_name) THEN
+        RETURN NEW;  -- a retry within its schedule's retry cap
     END IF;
     RAISE EXCEPTION 'permission denied for run % %: a worker may not change it from % to % (rule: %)',
-        NEW.schedule_name, NEW.scheduled_for, OLD.status, NEW.status, rule
+        NEW.schedule_name, NEW.scheduled_for, OLD.status, NEW.status,
+        CASE WHEN OLD.status = 'running' AND NEW.status = 'running' AND NEW.attempts = OLD.attempts THEN 'heartbeat'
+             WHEN NEW.status = 'running' THEN 'claim'
+             WHEN OLD.status = 'pending' AND NEW.status = 'skipped' THEN 'overlap skip'
+             WHEN OLD.status = 'running' AND NEW.status IN ('done', 'dead', 'pending') THEN 'finish'
+             ELSE 'no change a worker makes' END
         USING ERRCODE = 'insufficient_privilege';
 END
 $function$;
-
-CREATE OR REPLACE FUNCTION fleet.role_longest_duration()
- RETURNS interval
- LANGUAGE sql
- IMMUTABLE PARALLEL SAFE
-AS $function$ SELECT interval '7 days' $function$;
 
 CREATE OR REPLACE FUNCTION fleet.schedules_ticker_rules()
  RETURNS trigger
@@ -331,9 +296,9 @@ BEGIN
     ELSIF NEW.next_run_at < OLD.next_run_at THEN
         rule := 'the next slot only moves forward';
     ELSIF NEW.next_run_at IS DISTINCT FROM OLD.next_run_at
-          AND NEW.next_run_at > now() + fleet.role_longest_duration() + gap THEN
-        rule := format('the next slot is at most %s (the lookahead) and %s (its timing''s longest gap) from now',
-                       fleet.role_longest_duration(), gap);
+          AND NEW.next_run_at > now() + interval '7 days' + gap THEN
+        rule := format('the next slot is at most 7 days (the lookahead) and %s (its timing''s longest gap) from now',
+                       gap);
     ELSIF NEW.missed_slots < OLD.missed_slots THEN
         rule := 'missed slots only grow';
     ELSIF NEW.broken_at IS DISTINCT FROM OLD.broken_at AND NEW.broken_at > now() THEN

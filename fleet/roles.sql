@@ -138,11 +138,9 @@ CREATE POLICY fleet_worker_process ON fleet.processes TO fleet_worker
 -- changes its own process makes, whatever statement makes them (one run or a batch). They fire only
 -- where row-level security applies (never for the owner or a superuser, who pay one test of the
 -- WHEN clause per row) and only for members of the role. A change outside them is refused with
--- SQLSTATE 42501 (insufficient privilege), naming the run or schedule and the rule.
---
--- The longest lease (--lease) and lookahead (--lookahead) a worker or ticker accepts: a week.
-CREATE OR REPLACE FUNCTION fleet.role_longest_duration() RETURNS interval
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT interval '7 days' $f$;
+-- SQLSTATE 42501 (insufficient privilege), naming the run or schedule and the rule. A week is the
+-- longest lease (--lease) and lookahead (--lookahead) a worker or ticker accepts.
+DROP FUNCTION IF EXISTS fleet.role_longest_duration();
 
 -- The longest gap a timing can have between two slots, bounded from above: an interval schedule's
 -- `every`; for a cron, by the fields it restricts (in absolute time, a day of a time zone's change
@@ -210,60 +208,59 @@ $f$;
 --              again: a retry no later than its schedule's retry cap (a day at least) from now, or
 --              handed back; its lease goes, and its failures grow by one at most.
 -- A done, dead or skipped run is out of a worker's reach; so is the attempt number otherwise.
+-- The rules are the trigger's WHEN clause, an expression the executor evaluates per row without
+-- calling a function: the worker's hot path (every claim and finish) pays that alone. The function
+-- runs only for a change the clause does not accept at once: a retry further than a day, which it
+-- accepts within the schedule's retry cap, and every change it refuses.
 CREATE OR REPLACE FUNCTION fleet.job_runs_worker_rules() RETURNS trigger
     LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $f$
-DECLARE
-    lease_max timestamptz := now() + fleet.role_longest_duration();
-    rule text;
 BEGIN
-    IF OLD.status = 'running' AND NEW.status = 'running' AND NEW.attempts = OLD.attempts THEN
-        rule := 'heartbeat';
-        IF NEW.locked_by IS NOT DISTINCT FROM OLD.locked_by AND NEW.locked_until <= lease_max
-           AND NEW.failures = OLD.failures AND NEW.run_after = OLD.run_after
-           AND NEW.finished_at IS NOT DISTINCT FROM OLD.finished_at
-           AND (NEW.start_by IS NULL OR NEW.start_by = OLD.start_by) AND coalesce(NEW.started_at <= now(), true) THEN
-            RETURN NEW;
-        END IF;
-    ELSIF NEW.status = 'running' AND NEW.attempts = OLD.attempts + 1 THEN
-        rule := 'claim';
-        IF ((OLD.status = 'pending' AND OLD.run_after <= now()
-             AND (OLD.start_by IS NULL OR OLD.start_by >= now()) AND NEW.failures = OLD.failures)
-            OR (OLD.status = 'running' AND OLD.locked_until < now()
-                AND NEW.failures IN (OLD.failures, OLD.failures + 1)))
-           AND NEW.locked_by IS NOT NULL AND NEW.locked_until <= lease_max AND NEW.start_by IS NULL
-           AND NEW.run_after = OLD.run_after AND NEW.finished_at IS NOT DISTINCT FROM OLD.finished_at
-           AND coalesce(NEW.started_at <= now(), true) THEN
-            RETURN NEW;
-        END IF;
-    ELSIF OLD.status = 'pending' AND NEW.status = 'skipped' THEN
-        rule := 'overlap skip';
-        IF OLD.overlap = 'skip' AND OLD.attempts = 0 AND NEW.attempts = 0 AND OLD.run_after <= now()
-           AND NEW.failures = OLD.failures AND NEW.run_after = OLD.run_after AND NEW.finished_at <= now()
-           AND NEW.locked_until IS NOT DISTINCT FROM OLD.locked_until AND NEW.start_by IS NULL THEN
-            RETURN NEW;
-        END IF;
-    ELSIF OLD.status = 'running' AND NEW.status IN ('done', 'dead', 'pending') THEN
-        rule := 'finish';
-        IF NEW.attempts = OLD.attempts AND NEW.locked_until IS NULL AND NEW.locked_by IS NULL
-           AND NEW.failures IN (OLD.failures, OLD.failures + 1)
-           AND (NEW.start_by IS NULL OR NEW.start_by = OLD.start_by)
-           AND (CASE WHEN NEW.status = 'pending'
-                     THEN NEW.finished_at IS NULL AND NEW.run_after <= now() + (
-                              SELECT greatest(s.retry_cap, interval '1 day') FROM fleet.schedules s
-                              WHERE s.name = NEW.schedule_name)
-                     ELSE NEW.finished_at <= now() AND NEW.run_after = OLD.run_after END) THEN
-            RETURN NEW;
-        END IF;
-    ELSE
-        rule := 'no change a worker makes';
+    IF OLD.status = 'running' AND NEW.status = 'pending' AND NEW.attempts = OLD.attempts
+       AND NEW.locked_until IS NULL AND NEW.locked_by IS NULL AND NEW.finished_at IS NULL
+       AND NEW.failures IN (OLD.failures, OLD.failures + 1) AND (NEW.start_by IS NULL OR NEW.start_by = OLD.start_by)
+       AND NEW.run_after <= now() + (SELECT s.retry_cap FROM fleet.schedules s WHERE s.name = NEW.schedule_name) THEN
+        RETURN NEW;  -- a retry within its schedule's retry cap
     END IF;
     RAISE EXCEPTION 'permission denied for run % %: a worker may not change it from % to % (rule: %)',
-        NEW.schedule_name, NEW.scheduled_for, OLD.status, NEW.status, rule
+        NEW.schedule_name, NEW.scheduled_for, OLD.status, NEW.status,
+        CASE WHEN OLD.status = 'running' AND NEW.status = 'running' AND NEW.attempts = OLD.attempts THEN 'heartbeat'
+             WHEN NEW.status = 'running' THEN 'claim'
+             WHEN OLD.status = 'pending' AND NEW.status = 'skipped' THEN 'overlap skip'
+             WHEN OLD.status = 'running' AND NEW.status IN ('done', 'dead', 'pending') THEN 'finish'
+             ELSE 'no change a worker makes' END
         USING ERRCODE = 'insufficient_privilege';
 END
 $f$;
 CREATE OR REPLACE TRIGGER job_runs_worker_rules BEFORE UPDATE ON fleet.job_runs FOR EACH ROW
-    WHEN (row_security_active('fleet.job_runs'::regclass) AND pg_has_role('fleet_worker', 'USAGE'))
+    WHEN (row_security_active('fleet.job_runs'::regclass) AND pg_has_role('fleet_worker', 'USAGE') AND (
+        -- heartbeat (and restamp)
+        (OLD.status = 'running' AND NEW.status = 'running' AND NEW.attempts = OLD.attempts
+         AND NEW.locked_by IS NOT DISTINCT FROM OLD.locked_by AND NEW.locked_until <= now() + interval '7 days'
+         AND NEW.failures = OLD.failures AND NEW.run_after = OLD.run_after
+         AND NEW.finished_at IS NOT DISTINCT FROM OLD.finished_at
+         AND (NEW.start_by IS NULL OR NEW.start_by = OLD.start_by) AND coalesce(NEW.started_at <= now(), true))
+        -- claim: a due pending run, or a running run whose lease ran out
+        OR (NEW.status = 'running' AND NEW.attempts = OLD.attempts + 1
+            AND ((OLD.status = 'pending' AND OLD.run_after <= now()
+                  AND (OLD.start_by IS NULL OR OLD.start_by >= now()) AND NEW.failures = OLD.failures)
+                 OR (OLD.status = 'running' AND OLD.locked_until < now()
+                     AND NEW.failures IN (OLD.failures, OLD.failures + 1)))
+            AND NEW.locked_by IS NOT NULL AND NEW.locked_until <= now() + interval '7 days' AND NEW.start_by IS NULL
+            AND NEW.run_after = OLD.run_after AND NEW.finished_at IS NOT DISTINCT FROM OLD.finished_at
+            AND coalesce(NEW.started_at <= now(), true))
+        -- skip: the claim found the gate of an overlap-skip schedule held
+        OR (OLD.status = 'pending' AND NEW.status = 'skipped' AND OLD.overlap = 'skip' AND OLD.attempts = 0
+            AND NEW.attempts = 0 AND OLD.run_after <= now() AND NEW.failures = OLD.failures
+            AND NEW.run_after = OLD.run_after AND NEW.finished_at <= now()
+            AND NEW.locked_until IS NOT DISTINCT FROM OLD.locked_until AND NEW.start_by IS NULL)
+        -- finish: done or dead now, or pending again (a retry within a day, or handed back)
+        OR (OLD.status = 'running' AND NEW.status IN ('done', 'dead', 'pending') AND NEW.attempts = OLD.attempts
+            AND NEW.locked_until IS NULL AND NEW.locked_by IS NULL AND NEW.failures IN (OLD.failures, OLD.failures + 1)
+            AND (NEW.start_by IS NULL OR NEW.start_by = OLD.start_by)
+            AND CASE WHEN NEW.status = 'pending'
+                     THEN NEW.finished_at IS NULL AND NEW.run_after <= now() + interval '1 day'
+                     ELSE NEW.finished_at <= now() AND NEW.run_after = OLD.run_after END)
+    ) IS NOT TRUE)
     EXECUTE FUNCTION fleet.job_runs_worker_rules();
 
 -- A ticker changes a schedule only as its tick, its health roll-up and its broken mark do: the
@@ -282,9 +279,9 @@ BEGIN
     ELSIF NEW.next_run_at < OLD.next_run_at THEN
         rule := 'the next slot only moves forward';
     ELSIF NEW.next_run_at IS DISTINCT FROM OLD.next_run_at
-          AND NEW.next_run_at > now() + fleet.role_longest_duration() + gap THEN
-        rule := format('the next slot is at most %s (the lookahead) and %s (its timing''s longest gap) from now',
-                       fleet.role_longest_duration(), gap);
+          AND NEW.next_run_at > now() + interval '7 days' + gap THEN
+        rule := format('the next slot is at most 7 days (the lookahead) and %s (its timing''s longest gap) from now',
+                       gap);
     ELSIF NEW.missed_slots < OLD.missed_slots THEN
         rule := 'missed slots only grow';
     ELSIF NEW.broken_at IS DISTINCT FROM OLD.broken_at AND NEW.broken_at > now() THEN
