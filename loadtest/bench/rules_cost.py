@@ -103,9 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             trials = " / ".join(f"{c:.1f}" for c, _ in got[mode])
             print(f"{mode:18}{cpu:13.1f} µs{wall:9.1f} µs   ({trials})")
         for who in ("owner", "worker"):
-            rules = median([c for c, _ in got[f"{who}, rules"]])
+            with_rules = median([c for c, _ in got[f"{who}, rules"]])
             bare = median([c for c, _ in got[f"{who}, no rules"]])
-            print(f"the rules cost the {who}: {rules - bare:+.1f} µs of PostgreSQL CPU per run")
+            print(f"the rules cost the {who}: {with_rules - bare:+.1f} µs of PostgreSQL CPU per run")
     return 0
 
 
