@@ -16,6 +16,11 @@ from psycopg.conninfo import make_conninfo
 
 from fleet.db import connect
 from fleet.ops.cli import main as fleetctl
+from fleet.worker.attempt import Outcome
+from fleet.worker.claim import run_claim
+from fleet.worker.finish import DONE as SUCCESS
+from fleet.worker.finish import handed_back, run_finish
+from fleet.worker.heartbeat import run_heartbeat
 from tests.readers import dashboard_at, reader_failures
 from tests.support import (
     FAST,
@@ -281,6 +286,8 @@ DONE = "2026-01-01T01:00Z"
 RUNNING = "2026-01-01T02:00Z"
 DUE = "2026-01-01T03:00Z"
 AHEAD = "2999-01-01T00:00Z"
+FRESH = "2026-01-01T04:00Z"
+EXPIRED = "2026-01-01T05:00Z"
 
 
 def allowed(url: str, sql: str) -> int:
@@ -414,6 +421,46 @@ def test_a_worker_role_changes_runs_only_as_its_own_statements_do(
         allowed(worker, "INSERT INTO fleet.processes (id, kind, host, pid) VALUES ('w9', 'worker', 'h', 1)")
         == 1
     )
+    # The worker's own statements pass as the role: a claim that takes a due run and reclaims one
+    # whose lease ran out (recording the lost attempt), a heartbeat, a finish of one done and one
+    # retried later than a day (within the schedule's retry cap of 30 days), then a hand-back.
+    conn.execute("UPDATE fleet.schedules SET retry_cap = interval '30 days' WHERE name = 'hourly'")
+    for slot, status, until in ((FRESH, "pending", None), (EXPIRED, "running", "now() - interval '1 s'")):
+        conn.execute(
+            "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, status, attempts, run_after,"
+            f" locked_by, locked_until, started_at) VALUES ('hourly', %s, 'noop', 'allow', %s, %s, now(),"
+            f" 'gone', {until or 'NULL'}, now())",
+            (slot, status, 1 if until else 0),
+        )
+    with connect(worker, "fleet-tests worker statements") as c:
+        claimed, _ = run_claim(c, worker_id="w3", jobs=["noop"], limit=10, lease_s=60)
+        assert sorted((a.slot.isoformat(), a.attempt) for a in claimed) == [
+            ("2026-01-01T04:00:00+00:00", 1),
+            ("2026-01-01T05:00:00+00:00", 2),
+        ]
+        assert len(run_heartbeat(c, claimed, 60, "w3")) == 2
+        fresh, expired = sorted(claimed, key=lambda a: a.slot)
+        later = Outcome("pending", "failed", "boom", delay_s=20 * 86400, spent=1)
+        assert len(run_finish(c, [(fresh, SUCCESS), (expired, later)], worker_id="w3")) == 2
+        again, _ = run_claim(c, worker_id="w3", jobs=["noop"], limit=10, lease_s=60)
+        assert again == []
+    conn.execute(f"UPDATE fleet.job_runs SET run_after = now() WHERE {run(EXPIRED)}")
+    with connect(worker, "fleet-tests worker statements") as c:
+        (retaken,), _ = run_claim(c, worker_id="w3", jobs=["noop"], limit=10, lease_s=60)
+        assert retaken.attempt == 3
+        assert len(run_finish(c, [(retaken, handed_back())], worker_id="w3")) == 1
+        (retaken,), _ = run_claim(c, worker_id="w3", jobs=["noop"], limit=10, lease_s=60)
+        too_late = Outcome("pending", "failed", "boom", delay_s=40 * 86400, spent=1)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="rule: finish"):
+            run_finish(c, [(retaken, too_late)], worker_id="w3")
+    history = conn.execute(
+        f"SELECT attempt, worker_id, outcome FROM fleet.job_attempts WHERE {run(EXPIRED)} ORDER BY attempt"
+    ).fetchall()
+    assert history == [
+        {"attempt": 1, "worker_id": "gone", "outcome": "lease_expired"},
+        {"attempt": 2, "worker_id": "w3", "outcome": "failed"},
+        {"attempt": 3, "worker_id": "w3", "outcome": "handed_back"},
+    ]
 
 
 def test_a_ticker_role_only_moves_a_next_slot_forward_within_its_timing(
