@@ -138,8 +138,10 @@ CREATE POLICY fleet_worker_process ON fleet.processes TO fleet_worker
 -- changes its own process makes, whatever statement makes them (one run or a batch). They fire only
 -- where row-level security applies (never for the owner or a superuser, who pay one test of the
 -- WHEN clause per row) and only for members of the role. A change outside them is refused with
--- SQLSTATE 42501 (insufficient privilege), naming the run or schedule and the rule. A week is the
--- longest lease (--lease) and lookahead (--lookahead) a worker or ticker accepts.
+-- SQLSTATE 42501 (insufficient privilege), naming the run or schedule and the rule, which undoes the
+-- whole statement. AFTER triggers: a BEFORE UPDATE row trigger makes every update lock its row
+-- first (a WAL record per row, the owner's included). A week is the longest lease (--lease) and
+-- lookahead (--lookahead) a worker or ticker accepts.
 DROP FUNCTION IF EXISTS fleet.role_longest_duration();
 
 -- The longest gap a timing can have between two slots, bounded from above: an interval schedule's
@@ -219,7 +221,7 @@ BEGIN
        AND NEW.locked_until IS NULL AND NEW.locked_by IS NULL AND NEW.finished_at IS NULL
        AND NEW.failures IN (OLD.failures, OLD.failures + 1) AND (NEW.start_by IS NULL OR NEW.start_by = OLD.start_by)
        AND NEW.run_after <= now() + (SELECT s.retry_cap FROM fleet.schedules s WHERE s.name = NEW.schedule_name) THEN
-        RETURN NEW;  -- a retry within its schedule's retry cap
+        RETURN NULL;  -- a retry within its schedule's retry cap
     END IF;
     RAISE EXCEPTION 'permission denied for run % %: a worker may not change it from % to % (rule: %)',
         NEW.schedule_name, NEW.scheduled_for, OLD.status, NEW.status,
@@ -231,7 +233,7 @@ BEGIN
         USING ERRCODE = 'insufficient_privilege';
 END
 $f$;
-CREATE OR REPLACE TRIGGER job_runs_worker_rules BEFORE UPDATE ON fleet.job_runs FOR EACH ROW
+CREATE OR REPLACE TRIGGER job_runs_worker_rules AFTER UPDATE ON fleet.job_runs FOR EACH ROW
     WHEN (row_security_active('fleet.job_runs'::regclass) AND pg_has_role('fleet_worker', 'USAGE') AND (
         -- heartbeat (and restamp)
         (OLD.status = 'running' AND NEW.status = 'running' AND NEW.attempts = OLD.attempts
@@ -299,6 +301,18 @@ BEGIN
         USING ERRCODE = 'insufficient_privilege';
 END
 $f$;
-CREATE OR REPLACE TRIGGER schedules_ticker_rules BEFORE UPDATE ON fleet.schedules FOR EACH ROW
-    WHEN (row_security_active('fleet.schedules'::regclass) AND pg_has_role('fleet_ticker', 'USAGE'))
+-- The WHEN clause passes a tick's usual change (the next slot forward within its interval, or
+-- within 2 hours for a cron, plus the lookahead) without calling the function, which sees the rest.
+CREATE OR REPLACE TRIGGER schedules_ticker_rules AFTER UPDATE ON fleet.schedules FOR EACH ROW
+    WHEN (row_security_active('fleet.schedules'::regclass) AND pg_has_role('fleet_ticker', 'USAGE') AND (
+        (NEW.next_run_at IS NOT DISTINCT FROM OLD.next_run_at
+         OR (NEW.next_run_at > OLD.next_run_at
+             AND NEW.next_run_at <= now() + interval '7 days' + coalesce(NEW.every, interval '2 hours')))
+        AND NEW.missed_slots >= OLD.missed_slots
+        AND (NEW.broken_at IS NOT DISTINCT FROM OLD.broken_at OR NEW.broken_at IS NULL OR NEW.broken_at <= now())
+        AND NEW.cadence_gap IS NOT DISTINCT FROM OLD.cadence_gap
+        AND NEW.cadence_from IS NOT DISTINCT FROM OLD.cadence_from
+        AND NEW.cadence_mid IS NOT DISTINCT FROM OLD.cadence_mid
+        AND NEW.cadence_until IS NOT DISTINCT FROM OLD.cadence_until
+    ) IS NOT TRUE)
     EXECUTE FUNCTION fleet.schedules_ticker_rules();
