@@ -92,9 +92,9 @@ CREATE TRIGGER job_runs_worker_rules AFTER UPDATE ON fleet.job_runs FOR EACH ROW
 ALTER TABLE fleet.job_runs ENABLE ROW LEVEL SECURITY;
 CREATE POLICY fleet_operator_all ON fleet.job_runs FOR ALL TO fleet_operator USING (true) WITH CHECK (true);
 CREATE POLICY fleet_read ON fleet.job_runs FOR SELECT TO public USING (true);
-CREATE POLICY fleet_ticker_materialize ON fleet.job_runs FOR INSERT TO fleet_ticker WITH CHECK (((origin = 'schedule'::text) AND (status = ANY (ARRAY['pending'::fleet.run_status, 'skipped'::fleet.run_status])) AND (attempts = 0) AND (EXISTS ( SELECT 1
+CREATE POLICY fleet_ticker_materialize ON fleet.job_runs FOR INSERT TO fleet_ticker WITH CHECK (((origin = 'schedule'::text) AND (status = ANY (ARRAY['pending'::fleet.run_status, 'skipped'::fleet.run_status])) AND (attempts = 0) AND (run_after = scheduled_for) AND (scheduled_for <= (now() + '7 days'::interval)) AND (EXISTS ( SELECT 1
    FROM fleet.schedules s
-  WHERE ((s.name = job_runs.schedule_name) AND (s.job = job_runs.job) AND (s.args = job_runs.args) AND (s.overlap = job_runs.overlap))))));
+  WHERE ((s.name = job_runs.schedule_name) AND (s.job = job_runs.job) AND (s.args = job_runs.args) AND (s.overlap = job_runs.overlap) AND (job_runs.scheduled_for >= s.next_run_at))))));
 CREATE POLICY fleet_ticker_retention ON fleet.job_runs FOR DELETE TO fleet_ticker USING ((status = ANY (ARRAY['done'::fleet.run_status, 'skipped'::fleet.run_status])));
 CREATE POLICY fleet_ticker_settle ON fleet.job_runs FOR UPDATE TO fleet_ticker USING (((start_by IS NOT NULL) AND (status = 'pending'::fleet.run_status) AND (attempts = 0) AND (origin = 'schedule'::text))) WITH CHECK (((start_by IS NULL) AND (status = ANY (ARRAY['pending'::fleet.run_status, 'skipped'::fleet.run_status])) AND (attempts = 0)));
 CREATE POLICY fleet_worker_update ON fleet.job_runs FOR UPDATE TO fleet_worker USING (true) WITH CHECK (true);

@@ -96,13 +96,17 @@ CREATE POLICY fleet_worker_gate ON fleet.schedule_gates TO fleet_worker USING (t
 DROP POLICY IF EXISTS fleet_worker_update ON fleet.job_runs;
 CREATE POLICY fleet_worker_update ON fleet.job_runs FOR UPDATE TO fleet_worker USING (true) WITH CHECK (true);
 -- A ticker creates runs of a schedule with the schedule's own job, args and overlap, pending (or
--- skipped, for a missed slot): it cannot choose what a worker runs.
+-- skipped, for a missed slot): it cannot choose what a worker runs. It creates the slots from the
+-- schedule's next slot (the first not created yet, as the statement finds it: the tick advances it
+-- after) up to the longest lookahead, due at their time: since a next slot only moves forward
+-- (schedules_ticker_rules), a slot once created, and since pruned, is never created again.
 DROP POLICY IF EXISTS fleet_ticker_materialize ON fleet.job_runs;
 CREATE POLICY fleet_ticker_materialize ON fleet.job_runs FOR INSERT TO fleet_ticker
-    WITH CHECK (origin = 'schedule' AND status IN ('pending', 'skipped') AND attempts = 0 AND EXISTS (
+    WITH CHECK (origin = 'schedule' AND status IN ('pending', 'skipped') AND attempts = 0
+        AND run_after = scheduled_for AND scheduled_for <= now() + interval '7 days' AND EXISTS (
         SELECT 1 FROM fleet.schedules s
         WHERE s.name = job_runs.schedule_name AND s.job = job_runs.job AND s.args = job_runs.args
-          AND s.overlap = job_runs.overlap));
+          AND s.overlap = job_runs.overlap AND job_runs.scheduled_for >= s.next_run_at));
 -- A ticker changes only runs created ahead and never started (start_by set, pending): it confirms
 -- one (start_by cleared) or settles it by the catch-up policy (left pending or recorded skipped).
 DROP POLICY IF EXISTS fleet_ticker_settle ON fleet.job_runs;

@@ -210,6 +210,13 @@ def test_each_role_does_its_work_and_nothing_more(
         "VALUES ('gated', '2001-01-01T00:00Z', 'noop', '{\"cmd\": \"rm\"}', now())",
     )
     assert "permission denied" in denied(ticker, "UPDATE fleet.schedules SET args = '{}'")
+    # Nor a slot before the schedule's next one (created once already), nor beyond the lookahead.
+    for slot in ("'2000-01-01T00:00Z'", "now() + interval '8 days'"):
+        assert "row-level security" in denied(
+            ticker,
+            "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, overlap, run_after) "
+            f"VALUES ('gated', {slot}, 'noop', 'skip', {slot})",
+        )
     # Its retention removed the old done run with its attempt (through the trigger), not the dead
     # one; it cannot delete a dead, pending or running run, nor an attempt by itself.
     old = conn.execute(
