@@ -60,8 +60,9 @@ GRANT UPDATE (dirty) ON fleet.schedule_stats TO fleet_operator;
 GRANT DELETE ON fleet.processes TO fleet_operator;
 
 -- Row-level rules where a column grant cannot say enough. The owner (and a superuser) bypasses them,
--- so a fleet run as the owner pays nothing for them. On each table that has rules, every role reads
--- every row and an operator may change any; the rules below add what the ticker and the worker may.
+-- so a fleet run as the owner pays nothing for these policies (and one test per changed row for the
+-- triggers further down). On each table that has rules, every role reads every row and an operator
+-- may change any; the rules below add what the ticker and the worker may.
 DO $$
 DECLARE
     t text;
