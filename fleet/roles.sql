@@ -147,8 +147,6 @@ CREATE POLICY fleet_worker_process ON fleet.processes TO fleet_worker
 -- whole statement. AFTER triggers: a BEFORE UPDATE row trigger makes every update lock its row
 -- first (a WAL record per row, the owner's included). A week is the longest lease (--lease) and
 -- lookahead (--lookahead) a worker or ticker accepts.
-DROP FUNCTION IF EXISTS fleet.role_longest_duration();
-
 -- The longest gap a timing can have between two slots, bounded from above: an interval schedule's
 -- `every`; for a cron, by the fields it restricts (in absolute time, a day of a time zone's change
 -- included): minutes 2 hours, hours too 2 days, days of the week 8 days, days of the month 63 days
