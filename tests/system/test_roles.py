@@ -1,6 +1,9 @@
 """Least privilege: a ticker, a worker and fleetctl run as login roles granted fleet_ticker,
 fleet_worker, fleet_operator and fleet_reader do their work; each role is refused what it must not
-do; a permission error is one line and exit 2, naming the role and what to grant."""
+do; a permission error is one line and exit 2, naming the role and what to grant. The row rules: a
+worker's or a ticker's login changes runs and schedules only as its process does (a dead run stays
+dead, a lease or retry is not pushed out, attempts are not forged, a next slot only moves forward
+within its timing), and every reader answers with whatever those logins may still write."""
 
 from __future__ import annotations
 
@@ -339,6 +342,7 @@ def rows(role_urls: dict[str, str], conn: psycopg.Connection[Any], tmp_path: Pat
 
 
 def run(slot: str) -> str:
+    """The SQL condition naming the run of `hourly` at `slot`."""
     return f"schedule_name = 'hourly' AND scheduled_for = '{slot}'"
 
 
