@@ -31,13 +31,14 @@ CREATE TABLE fleet.job_attempts (
     trace_id text,
     span_id text,
     traced boolean NOT NULL DEFAULT false,
+    renewed_at timestamp with time zone,
     CONSTRAINT job_attempts_time_range CHECK (((scheduled_for >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (scheduled_for < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT job_attempts_pkey PRIMARY KEY (schedule_name, scheduled_for, attempt)
 );
 ALTER TABLE fleet.job_attempts ENABLE ROW LEVEL SECURITY;
 CREATE POLICY fleet_operator_all ON fleet.job_attempts FOR ALL TO fleet_operator USING (true) WITH CHECK (true);
 CREATE POLICY fleet_read ON fleet.job_attempts FOR SELECT TO public USING (true);
-CREATE POLICY fleet_worker_attempt ON fleet.job_attempts FOR INSERT TO fleet_worker WITH CHECK (((attempt >= 1) AND (EXISTS ( SELECT 1
+CREATE POLICY fleet_worker_attempt ON fleet.job_attempts FOR INSERT TO fleet_worker WITH CHECK (((attempt >= 1) AND ((renewed_at IS NULL) OR ((renewed_at >= started_at) AND (renewed_at <= now()))) AND (EXISTS ( SELECT 1
    FROM fleet.job_runs r
   WHERE ((r.schedule_name = job_attempts.schedule_name) AND (r.scheduled_for = job_attempts.scheduled_for) AND ((job_attempts.attempt = r.attempts) OR (job_attempts.attempt = (r.attempts - 1))))))));
 GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.job_attempts TO fleet_operator;
@@ -71,6 +72,7 @@ CREATE TABLE fleet.job_runs (
     span_id text,
     traced boolean NOT NULL DEFAULT false,
     start_by timestamp with time zone,
+    renewed_at timestamp with time zone,
     CONSTRAINT job_runs_origin_check CHECK ((origin = ANY (ARRAY['schedule'::text, 'trigger'::text, 'backfill'::text]))),
     CONSTRAINT job_runs_time_range CHECK (((scheduled_for >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (scheduled_for < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (run_after >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (run_after < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (locked_until >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (locked_until < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (created_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (created_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (start_by >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (start_by < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT job_runs_schedule_name_fkey FOREIGN KEY (schedule_name) REFERENCES fleet.schedules(name) ON DELETE CASCADE,
@@ -83,12 +85,12 @@ CREATE INDEX job_runs_leases ON fleet.job_runs USING btree (locked_until) WHERE 
 CREATE INDEX job_runs_open ON fleet.job_runs USING btree (schedule_name, scheduled_for) WHERE (status = ANY (ARRAY['pending'::fleet.run_status, 'running'::fleet.run_status]));
 CREATE INDEX job_runs_pending ON fleet.job_runs USING btree (run_after) WHERE (status = 'pending'::fleet.run_status);
 CREATE INDEX job_runs_start_by ON fleet.job_runs USING btree (start_by) WHERE (start_by IS NOT NULL);
-CREATE TRIGGER job_runs_delete_attempts AFTER DELETE ON fleet.job_runs REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION fleet.delete_attempts();
-CREATE TRIGGER job_runs_worker_rules AFTER UPDATE ON fleet.job_runs FOR EACH ROW WHEN ((row_security_active(('fleet.job_runs'::regclass)::oid) AND pg_has_role('fleet_worker'::name, 'USAGE'::text) AND ((((old.status = 'running'::fleet.run_status) AND (new.status = 'running'::fleet.run_status) AND (new.attempts = old.attempts) AND (NOT (new.locked_by IS DISTINCT FROM old.locked_by)) AND (new.locked_until <= (now() + '7 days'::interval)) AND (new.failures = old.failures) AND (new.run_after = old.run_after) AND (NOT (new.finished_at IS DISTINCT FROM old.finished_at)) AND ((new.start_by IS NULL) OR (new.start_by = old.start_by)) AND COALESCE((new.started_at <= now()), true)) OR ((new.status = 'running'::fleet.run_status) AND (new.attempts = (old.attempts + 1)) AND (((old.status = 'pending'::fleet.run_status) AND (old.run_after <= now()) AND ((old.start_by IS NULL) OR (old.start_by >= now())) AND (new.failures = old.failures)) OR ((old.status = 'running'::fleet.run_status) AND (old.locked_until < now()) AND ((new.failures = old.failures) OR (new.failures = (old.failures + 1))))) AND (new.locked_by IS NOT NULL) AND (new.locked_until <= (now() + '7 days'::interval)) AND (new.start_by IS NULL) AND (new.run_after = old.run_after) AND (NOT (new.finished_at IS DISTINCT FROM old.finished_at)) AND COALESCE((new.started_at <= now()), true)) OR ((old.status = 'pending'::fleet.run_status) AND (new.status = 'skipped'::fleet.run_status) AND (old.overlap = 'skip'::text) AND (old.attempts = 0) AND (new.attempts = 0) AND (old.run_after <= now()) AND (new.failures = old.failures) AND (new.run_after = old.run_after) AND (new.finished_at <= now()) AND (NOT (new.locked_until IS DISTINCT FROM old.locked_until)) AND (new.start_by IS NULL)) OR ((old.status = 'running'::fleet.run_status) AND (new.status = ANY (ARRAY['done'::fleet.run_status, 'dead'::fleet.run_status, 'pending'::fleet.run_status])) AND (new.attempts = old.attempts) AND (new.locked_until IS NULL) AND (new.locked_by IS NULL) AND ((new.failures = old.failures) OR (new.failures = (old.failures + 1))) AND ((new.start_by IS NULL) OR (new.start_by = old.start_by)) AND
+CREATE TRIGGER job_runs_deleted AFTER DELETE ON fleet.job_runs REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION fleet.runs_deleted();
+CREATE TRIGGER job_runs_worker_rules AFTER UPDATE ON fleet.job_runs FOR EACH ROW WHEN ((row_security_active(('fleet.job_runs'::regclass)::oid) AND pg_has_role('fleet_worker'::name, 'USAGE'::text) AND ((((NOT (new.renewed_at IS DISTINCT FROM old.renewed_at)) OR ((new.renewed_at <= now()) AND (new.renewed_at > (now() - '7 days'::interval)))) AND (((old.status = 'running'::fleet.run_status) AND (new.status = 'running'::fleet.run_status) AND (new.attempts = old.attempts) AND (NOT (new.locked_by IS DISTINCT FROM old.locked_by)) AND (new.locked_until <= (now() + '7 days'::interval)) AND (new.failures = old.failures) AND (new.run_after = old.run_after) AND (NOT (new.finished_at IS DISTINCT FROM old.finished_at)) AND ((new.start_by IS NULL) OR (new.start_by = old.start_by)) AND COALESCE((new.started_at <= now()), true)) OR ((new.status = 'running'::fleet.run_status) AND (new.attempts = (old.attempts + 1)) AND (((old.status = 'pending'::fleet.run_status) AND (old.run_after <= now()) AND ((old.start_by IS NULL) OR (old.start_by >= now())) AND (new.failures = old.failures)) OR ((old.status = 'running'::fleet.run_status) AND (old.locked_until < now()) AND ((new.failures = old.failures) OR (new.failures = (old.failures + 1))))) AND (new.locked_by IS NOT NULL) AND (new.locked_until <= (now() + '7 days'::interval)) AND (new.start_by IS NULL) AND (new.run_after = old.run_after) AND (NOT (new.finished_at IS DISTINCT FROM old.finished_at)) AND COALESCE((new.started_at <= now()), true)) OR ((old.status = 'pending'::fleet.run_status) AND (new.status = 'skipped'::fleet.run_status) AND (old.overlap = 'skip'::text) AND (old.attempts = 0) AND (new.attempts = 0) AND (old.run_after <= now()) AND (new.failures = old.failures) AND (new.run_after = old.run_after) AND (new.finished_at <= now()) AND (NOT (new.locked_until IS DISTINCT FROM old.locked_until)) AND (new.start_by IS NULL)) OR ((old.status = 'running'::fleet.run_status) AND (new.status = ANY (ARRAY['done'::fleet.run_status, 'dead'::fleet.run_status, 'pending'::fleet.run_status])) AND (new.attempts = old.attempts) AND (new.locked_until IS NULL) AND (new.locked_by IS NULL) AND ((new.failures = old.failures) OR (new.failures = (old.failures + 1))) AND ((new.start_by IS NULL) OR (new.start_by = old.start_by)) AND
         CASE
             WHEN (new.status = 'pending'::fleet.run_status) THEN ((new.finished_at IS NULL) AND (new.run_after <= (now() + '1 day'::interval)))
             ELSE ((new.finished_at <= now()) AND (new.run_after = old.run_after))
-        END)) IS NOT TRUE))) EXECUTE FUNCTION fleet.job_runs_worker_rules();
+        END))) IS NOT TRUE))) EXECUTE FUNCTION fleet.job_runs_worker_rules();
 ALTER TABLE fleet.job_runs ENABLE ROW LEVEL SECURITY;
 CREATE POLICY fleet_operator_all ON fleet.job_runs FOR ALL TO fleet_operator USING (true) WITH CHECK (true);
 CREATE POLICY fleet_read ON fleet.job_runs FOR SELECT TO public USING (true);
@@ -103,7 +105,7 @@ GRANT SELECT ON fleet.job_runs TO fleet_reader;
 GRANT DELETE, INSERT, SELECT ON fleet.job_runs TO fleet_ticker;
 GRANT SELECT ON fleet.job_runs TO fleet_worker;
 GRANT UPDATE (finished_at, last_error, start_by, status) ON fleet.job_runs TO fleet_ticker;
-GRANT UPDATE (attempts, failures, finished_at, last_error, last_outcome, locked_by, locked_host, locked_pid, locked_until, run_after, span_id, start_by, started_at, status, trace_id, traced) ON fleet.job_runs TO fleet_worker;
+GRANT UPDATE (attempts, failures, finished_at, last_error, last_outcome, locked_by, locked_host, locked_pid, locked_until, renewed_at, run_after, span_id, start_by, started_at, status, trace_id, traced) ON fleet.job_runs TO fleet_worker;
 
 CREATE TABLE fleet.migrations (
     version integer NOT NULL,
@@ -245,19 +247,25 @@ GRANT SELECT ON fleet.schedules TO fleet_ticker;
 GRANT SELECT ON fleet.schedules TO fleet_worker;
 GRANT UPDATE (broken_at, broken_error, cadence_from, cadence_gap, cadence_hash, cadence_mid, cadence_until, missed_slots, next_run_at) ON fleet.schedules TO fleet_ticker;
 
-CREATE OR REPLACE FUNCTION fleet.delete_attempts()
- RETURNS trigger
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-BEGIN
-    DELETE FROM fleet.job_attempts a
-    USING gone g
-    WHERE a.schedule_name = g.schedule_name AND a.scheduled_for = g.scheduled_for;
-    RETURN NULL;
-END
-$function$;
+CREATE TABLE fleet.slot_outcomes (
+    id bigint NOT NULL,
+    schedule_name text NOT NULL,
+    first_slot timestamp with time zone NOT NULL,
+    last_slot timestamp with time zone NOT NULL,
+    slots integer NOT NULL,
+    records bytea NOT NULL,
+    removed_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT slot_outcomes_check CHECK ((octet_length(records) = (16 * slots))),
+    CONSTRAINT slot_outcomes_check1 CHECK ((first_slot <= last_slot)),
+    CONSTRAINT slot_outcomes_slots_check CHECK ((slots > 0)),
+    CONSTRAINT slot_outcomes_pkey PRIMARY KEY (id)
+);
+CREATE INDEX slot_outcomes_age ON fleet.slot_outcomes USING btree (last_slot);
+CREATE INDEX slot_outcomes_schedule ON fleet.slot_outcomes USING btree (schedule_name, last_slot);
+GRANT SELECT ON fleet.slot_outcomes TO fleet_operator;
+GRANT SELECT ON fleet.slot_outcomes TO fleet_reader;
+GRANT DELETE, SELECT ON fleet.slot_outcomes TO fleet_ticker;
+GRANT SELECT ON fleet.slot_outcomes TO fleet_worker;
 
 CREATE OR REPLACE FUNCTION fleet.job_runs_worker_rules()
  RETURNS trigger
@@ -279,6 +287,53 @@ BEGIN
              WHEN OLD.status = 'running' AND NEW.status IN ('done', 'dead', 'pending') THEN 'finish'
              ELSE 'no change a worker makes' END
         USING ERRCODE = 'insufficient_privilege';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION fleet.ledger_code(status fleet.run_status, attempts integer, last_outcome text, last_error text, origin text, lease_expired boolean)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+SELECT least(attempts, 16777215)::bigint * 256
+       + CASE WHEN status = 'done' THEN CASE WHEN attempts > 1 AND lease_expired THEN 2 ELSE 1 END
+              WHEN status = 'dead' THEN 3
+              WHEN status = 'pending' THEN 4
+              WHEN status = 'running' THEN 5
+              WHEN last_outcome = 'discarded' THEN 9
+              WHEN last_error LIKE 'catchup %' THEN 6
+              WHEN last_error LIKE 'max_lateness:%' THEN 7
+              WHEN last_error LIKE 'overlap:%' THEN 8
+              ELSE 10 END
+       + CASE WHEN origin = 'schedule' THEN 0 ELSE 16 END
+$function$;
+
+CREATE OR REPLACE FUNCTION fleet.runs_deleted()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF coalesce(current_setting('fleet.keep_outcomes', true), '') <> 'off' THEN
+        INSERT INTO fleet.slot_outcomes (schedule_name, first_slot, last_slot, slots, records)
+        SELECT g.schedule_name, min(g.scheduled_for), max(g.scheduled_for), count(*),
+               string_agg(timestamptz_send(g.scheduled_for)
+                          || int8send(fleet.ledger_code(g.status, g.attempts, g.last_outcome, g.last_error,
+                                                        g.origin,
+                                                        EXISTS (SELECT 1 FROM fleet.job_attempts a
+                                                                WHERE a.schedule_name = g.schedule_name
+                                                                  AND a.scheduled_for = g.scheduled_for
+                                                                  AND a.outcome = 'lease_expired'))),
+                          ''::bytea ORDER BY g.scheduled_for)
+        FROM gone g
+        WHERE g.status IN ('done', 'skipped', 'dead')
+        GROUP BY g.schedule_name;
+    END IF;
+    DELETE FROM fleet.job_attempts a
+    USING gone g
+    WHERE a.schedule_name = g.schedule_name AND a.scheduled_for = g.scheduled_for;
+    RETURN NULL;
 END
 $function$;
 

@@ -125,7 +125,7 @@ CREATE POLICY fleet_ticker_retention ON fleet.job_runs FOR DELETE TO fleet_ticke
 -- an attempt written with the run's finish, or in a statement of its own after it, both pass.
 DROP POLICY IF EXISTS fleet_worker_attempt ON fleet.job_attempts;
 CREATE POLICY fleet_worker_attempt ON fleet.job_attempts FOR INSERT TO fleet_worker
-    WITH CHECK (attempt >= 1 AND EXISTS (
+    WITH CHECK (attempt >= 1 AND (renewed_at IS NULL OR renewed_at BETWEEN started_at AND now()) AND EXISTS (
         SELECT 1 FROM fleet.job_runs r
         WHERE r.schedule_name = job_attempts.schedule_name AND r.scheduled_for = job_attempts.scheduled_for
           AND job_attempts.attempt IN (r.attempts, r.attempts - 1)));
@@ -208,7 +208,7 @@ $f$;
 --   skip       a due pending run of a schedule with overlap `skip`, never attempted, is recorded
 --              skipped (the claim found the schedule's gate held);
 --   heartbeat  a running run keeps its attempt and holder, with a lease of at most a week from now
---              (and may have its start and trace ids restamped);
+--              and its renewal noted as now (and may have its start and trace ids restamped);
 --   finish     a running run, as the same attempt, becomes done or dead (finished now) or pending
 --              again: a retry no later than its schedule's retry cap (a day at least) from now, or
 --              handed back; its lease goes, and its failures grow by one at most.
@@ -238,6 +238,9 @@ END
 $f$;
 CREATE OR REPLACE TRIGGER job_runs_worker_rules AFTER UPDATE ON fleet.job_runs FOR EACH ROW
     WHEN (row_security_active('fleet.job_runs'::regclass) AND pg_has_role('fleet_worker', 'USAGE') AND (
+        -- a lease's renewal is noted as now, by a heartbeat
+        (NEW.renewed_at IS NOT DISTINCT FROM OLD.renewed_at
+         OR (NEW.renewed_at <= now() AND NEW.renewed_at > now() - interval '7 days')) AND (
         -- heartbeat (and restamp)
         (OLD.status = 'running' AND NEW.status = 'running' AND NEW.attempts = OLD.attempts
          AND NEW.locked_by IS NOT DISTINCT FROM OLD.locked_by AND NEW.locked_until <= now() + interval '7 days'
@@ -264,7 +267,7 @@ CREATE OR REPLACE TRIGGER job_runs_worker_rules AFTER UPDATE ON fleet.job_runs F
             AND (NEW.start_by IS NULL OR NEW.start_by = OLD.start_by)
             AND CASE WHEN NEW.status = 'pending'
                      THEN NEW.finished_at IS NULL AND NEW.run_after <= now() + interval '1 day'
-                     ELSE NEW.finished_at <= now() AND NEW.run_after = OLD.run_after END)
+                     ELSE NEW.finished_at <= now() AND NEW.run_after = OLD.run_after END))
     ) IS NOT TRUE)
     EXECUTE FUNCTION fleet.job_runs_worker_rules();
 

@@ -367,6 +367,8 @@ def test_a_worker_role_changes_runs_only_as_its_own_statements_do(
         f"UPDATE fleet.job_runs SET status = 'done', attempts = 1, locked_by = NULL, locked_until = NULL,"
         f" finished_at = now() WHERE {run(RUNNING)}",
         f"UPDATE fleet.job_runs SET failures = failures + 1 WHERE {run(RUNNING)}",
+        f"UPDATE fleet.job_runs SET renewed_at = '8999-01-01T00:00Z' WHERE {run(RUNNING)}",
+        f"UPDATE fleet.job_runs SET renewed_at = '1000-01-01T00:00Z' WHERE {run(RUNNING)}",
         # a lease still held taken over, a run claimed before its time, a pending run done unclaimed
         f"UPDATE fleet.job_runs SET attempts = attempts + 1, locked_by = 'x', locked_until = now()"
         f" + interval '1 minute' WHERE {run(RUNNING)}",
