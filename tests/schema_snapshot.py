@@ -80,12 +80,63 @@ def snapshot(conn: psycopg.Connection[Any]) -> str:
             (oid,),
         ):
             out.append(f"{g['def']};\n")
+        out.extend(_row_security(conn, oid))
+        out.extend(_grants(conn, table))
     for f in conn.execute(
         "SELECT pg_get_functiondef(p.oid) AS def FROM pg_proc p "
         "WHERE p.pronamespace = 'fleet'::regnamespace ORDER BY p.proname"
     ):
         out.append("\n" + f["def"].strip() + ";\n")
     return "".join(out)
+
+
+def _row_security(conn: psycopg.Connection[Any], oid: str) -> list[str]:
+    """The table's row-level security and its policies (the roles' rules, fleet/roles.sql)."""
+    out = []
+    row = conn.execute("SELECT relrowsecurity FROM pg_class WHERE oid = %s::regclass", (oid,)).fetchone()
+    if row and row["relrowsecurity"]:
+        out.append(f"ALTER TABLE {oid} ENABLE ROW LEVEL SECURITY;\n")
+    for p in conn.execute(
+        "SELECT policyname, permissive, roles::text[] AS roles, cmd, qual, with_check FROM pg_policies "
+        "WHERE schemaname || '.' || tablename = %s ORDER BY policyname",
+        (oid,),
+    ):
+        text = f"CREATE POLICY {p['policyname']} ON {oid}"
+        if p["permissive"] != "PERMISSIVE":
+            text += f" AS {p['permissive']}"
+        text += f" FOR {p['cmd']} TO {', '.join(sorted(p['roles']))}"
+        if p["qual"] is not None:
+            text += f" USING ({p['qual']})"
+        if p["with_check"] is not None:
+            text += f" WITH CHECK ({p['with_check']})"
+        out.append(text + ";\n")
+    return out
+
+
+def _grants(conn: psycopg.Connection[Any], table: str) -> list[str]:
+    """What the fleet roles are granted on the table, whole or by column."""
+    out = [
+        f"GRANT {g['privileges']} ON fleet.{table} TO {g['grantee']};\n"
+        for g in conn.execute(
+            "SELECT grantee, string_agg(privilege_type, ', ' ORDER BY privilege_type) AS privileges "
+            "FROM information_schema.role_table_grants WHERE table_schema = 'fleet' AND table_name = %s "
+            "AND grantee LIKE 'fleet\\_%%' GROUP BY grantee ORDER BY grantee",
+            (table,),
+        )
+    ]
+    out += [
+        f"GRANT {g['privilege_type']} ({g['columns']}) ON fleet.{table} TO {g['grantee']};\n"
+        for g in conn.execute(
+            "SELECT c.grantee, c.privilege_type, string_agg(c.column_name, ', ' ORDER BY c.column_name) AS columns "
+            "FROM information_schema.role_column_grants c WHERE c.table_schema = 'fleet' AND c.table_name = %s "
+            "AND c.grantee LIKE 'fleet\\_%%' AND NOT EXISTS (SELECT 1 FROM information_schema.role_table_grants t "
+            "WHERE t.table_schema = c.table_schema AND t.table_name = c.table_name AND t.grantee = c.grantee "
+            "AND t.privilege_type = c.privilege_type) "
+            "GROUP BY c.grantee, c.privilege_type ORDER BY c.grantee, c.privilege_type",
+            (table,),
+        )
+    ]
+    return out
 
 
 def main() -> int:
@@ -98,7 +149,7 @@ def main() -> int:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
         with connect(make_conninfo(server, dbname=name), "fleet schema snapshot") as conn:
-            migrate(conn)
+            migrate(conn, roles=True)  # the roles' grants and rules are part of the schema
             sys.stdout.write(snapshot(conn))
     finally:
         with connect(server, "fleet schema snapshot") as admin:

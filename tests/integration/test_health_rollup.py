@@ -25,7 +25,7 @@ SLOT = datetime(2026, 3, 1, 10, tzinfo=UTC)
 def roll(conn: psycopg.Connection[Any]) -> int:
     """Run the roll-up now, step after step until it has nothing more to do; returns the steps."""
     chores.register(conn, [CHORE])
-    conn.execute("UPDATE fleet.chores SET due_at = '-infinity' WHERE name = %s", (rollup.CHORE,))
+    conn.execute("UPDATE fleet.chores SET due_at = '2000-01-01T00:00Z' WHERE name = %s", (rollup.CHORE,))
     steps = 0
     while chores.run_due(conn, [CHORE]):
         steps += 1

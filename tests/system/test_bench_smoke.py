@@ -82,6 +82,14 @@ def test_gate_cost_prints_the_cost_per_run_of_both_policies(server_url: str) -> 
         assert float(line.split()[2]) > 0, out
 
 
+def test_rules_cost_prints_the_cost_per_run_as_the_owner_and_the_worker_role(server_url: str) -> None:
+    out = cpu_tool(server_url, "rules_cost", "--runs", "1000", "--repeat", "1")
+    for mode in ("owner, rules", "owner, no rules", "worker, rules", "worker, no rules"):
+        (line,) = [ln for ln in out.splitlines() if ln.startswith(mode)] or [out]
+        assert float(line[len(mode) :].split()[0]) > 0, out
+    assert "the rules cost the worker:" in out, out
+
+
 def test_ticker_materialisation_creates_one_slot_per_due_schedule(
     db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
