@@ -2,6 +2,69 @@
 -- tests.schema_snapshot > schema.sql). A test checks that migrating an empty database yields it.
 CREATE TYPE fleet.run_status AS ENUM ('pending', 'running', 'done', 'dead', 'skipped');
 
+CREATE TABLE fleet.alert_outbox (
+    id bigint NOT NULL,
+    route text NOT NULL,
+    subject text NOT NULL,
+    verdict text NOT NULL,
+    event text NOT NULL,
+    payload jsonb NOT NULL,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    status text NOT NULL DEFAULT 'pending'::text,
+    attempts integer NOT NULL DEFAULT 0,
+    next_at timestamp with time zone NOT NULL DEFAULT now(),
+    locked_by text,
+    locked_until timestamp with time zone,
+    sent_at timestamp with time zone,
+    last_error text,
+    CONSTRAINT alert_outbox_event_check CHECK ((event = ANY (ARRAY['alert'::text, 'repeat'::text, 'recovery'::text]))),
+    CONSTRAINT alert_outbox_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'sending'::text, 'sent'::text, 'failed'::text]))),
+    CONSTRAINT alert_outbox_route_fkey FOREIGN KEY (route) REFERENCES fleet.alert_routes(name) ON DELETE CASCADE,
+    CONSTRAINT alert_outbox_pkey PRIMARY KEY (id)
+);
+CREATE INDEX alert_outbox_created ON fleet.alert_outbox USING btree (created_at);
+CREATE INDEX alert_outbox_open ON fleet.alert_outbox USING btree (route, subject, id) WHERE (status = ANY (ARRAY['pending'::text, 'sending'::text]));
+GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.alert_outbox TO fleet_alert;
+GRANT SELECT ON fleet.alert_outbox TO fleet_operator;
+GRANT SELECT ON fleet.alert_outbox TO fleet_reader;
+GRANT SELECT ON fleet.alert_outbox TO fleet_ticker;
+GRANT SELECT ON fleet.alert_outbox TO fleet_worker;
+
+CREATE TABLE fleet.alert_routes (
+    name text NOT NULL,
+    kind text NOT NULL,
+    schedules text[] NOT NULL,
+    verdicts text[] NOT NULL,
+    repeat interval,
+    recovery boolean NOT NULL DEFAULT true,
+    target jsonb NOT NULL DEFAULT '{}'::jsonb,
+    updated_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT alert_routes_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'slack'::text, 'email'::text]))),
+    CONSTRAINT alert_routes_repeat_check CHECK ((repeat > '00:00:00'::interval)),
+    CONSTRAINT alert_routes_pkey PRIMARY KEY (name)
+);
+GRANT SELECT ON fleet.alert_routes TO fleet_alert;
+GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.alert_routes TO fleet_operator;
+GRANT SELECT ON fleet.alert_routes TO fleet_reader;
+GRANT SELECT ON fleet.alert_routes TO fleet_ticker;
+GRANT SELECT ON fleet.alert_routes TO fleet_worker;
+
+CREATE TABLE fleet.alert_state (
+    route text NOT NULL,
+    subject text NOT NULL,
+    verdict text NOT NULL,
+    opened_at timestamp with time zone NOT NULL,
+    last_sent_at timestamp with time zone NOT NULL,
+    notices integer NOT NULL DEFAULT 1,
+    CONSTRAINT alert_state_route_fkey FOREIGN KEY (route) REFERENCES fleet.alert_routes(name) ON DELETE CASCADE,
+    CONSTRAINT alert_state_pkey PRIMARY KEY (route, subject, verdict)
+);
+GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.alert_state TO fleet_alert;
+GRANT SELECT ON fleet.alert_state TO fleet_operator;
+GRANT SELECT ON fleet.alert_state TO fleet_reader;
+GRANT SELECT ON fleet.alert_state TO fleet_ticker;
+GRANT SELECT ON fleet.alert_state TO fleet_worker;
+
 CREATE TABLE fleet.chores (
     name text NOT NULL,
     due_at timestamp with time zone NOT NULL DEFAULT now(),
@@ -12,6 +75,7 @@ CREATE TABLE fleet.chores (
     CONSTRAINT chores_time_range CHECK (((due_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (due_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (mark >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (mark < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (stepped_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (stepped_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT chores_pkey PRIMARY KEY (name)
 );
+GRANT INSERT, SELECT, UPDATE ON fleet.chores TO fleet_alert;
 GRANT SELECT ON fleet.chores TO fleet_operator;
 GRANT SELECT ON fleet.chores TO fleet_reader;
 GRANT INSERT, SELECT, UPDATE ON fleet.chores TO fleet_ticker;
@@ -41,6 +105,7 @@ CREATE POLICY fleet_read ON fleet.job_attempts FOR SELECT TO public USING (true)
 CREATE POLICY fleet_worker_attempt ON fleet.job_attempts FOR INSERT TO fleet_worker WITH CHECK (((attempt >= 1) AND ((renewed_at IS NULL) OR ((renewed_at >= started_at) AND (renewed_at <= now()))) AND (EXISTS ( SELECT 1
    FROM fleet.job_runs r
   WHERE ((r.schedule_name = job_attempts.schedule_name) AND (r.scheduled_for = job_attempts.scheduled_for) AND ((job_attempts.attempt = r.attempts) OR (job_attempts.attempt = (r.attempts - 1))))))));
+GRANT SELECT ON fleet.job_attempts TO fleet_alert;
 GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.job_attempts TO fleet_operator;
 GRANT SELECT ON fleet.job_attempts TO fleet_reader;
 GRANT SELECT ON fleet.job_attempts TO fleet_ticker;
@@ -72,6 +137,8 @@ CREATE TABLE fleet.job_runs (
     span_id text,
     traced boolean NOT NULL DEFAULT false,
     start_by timestamp with time zone,
+    result jsonb,
+    run_window jsonb,
     renewed_at timestamp with time zone,
     CONSTRAINT job_runs_origin_check CHECK ((origin = ANY (ARRAY['schedule'::text, 'trigger'::text, 'backfill'::text]))),
     CONSTRAINT job_runs_time_range CHECK (((scheduled_for >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (scheduled_for < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (run_after >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (run_after < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (locked_until >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (locked_until < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (created_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (created_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (start_by >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (start_by < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
@@ -80,6 +147,7 @@ CREATE TABLE fleet.job_runs (
 );
 ALTER TABLE fleet.job_runs SET (autovacuum_analyze_scale_factor=0, autovacuum_analyze_threshold=5000, autovacuum_vacuum_scale_factor=0.01, autovacuum_vacuum_threshold=5000);
 CREATE INDEX job_runs_dead ON fleet.job_runs USING btree (schedule_name) WHERE (status = 'dead'::fleet.run_status);
+CREATE INDEX job_runs_done ON fleet.job_runs USING btree (schedule_name, scheduled_for) WHERE (status = 'done'::fleet.run_status);
 CREATE INDEX job_runs_finished ON fleet.job_runs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::fleet.run_status, 'dead'::fleet.run_status, 'skipped'::fleet.run_status]));
 CREATE INDEX job_runs_leases ON fleet.job_runs USING btree (locked_until) WHERE (status = 'running'::fleet.run_status);
 CREATE INDEX job_runs_open ON fleet.job_runs USING btree (schedule_name, scheduled_for) WHERE (status = ANY (ARRAY['pending'::fleet.run_status, 'running'::fleet.run_status]));
@@ -100,12 +168,13 @@ CREATE POLICY fleet_ticker_materialize ON fleet.job_runs FOR INSERT TO fleet_tic
 CREATE POLICY fleet_ticker_retention ON fleet.job_runs FOR DELETE TO fleet_ticker USING ((status = ANY (ARRAY['done'::fleet.run_status, 'skipped'::fleet.run_status])));
 CREATE POLICY fleet_ticker_settle ON fleet.job_runs FOR UPDATE TO fleet_ticker USING (((start_by IS NOT NULL) AND (status = 'pending'::fleet.run_status) AND (attempts = 0) AND (origin = 'schedule'::text))) WITH CHECK (((start_by IS NULL) AND (status = ANY (ARRAY['pending'::fleet.run_status, 'skipped'::fleet.run_status])) AND (attempts = 0)));
 CREATE POLICY fleet_worker_update ON fleet.job_runs FOR UPDATE TO fleet_worker USING (true) WITH CHECK (true);
+GRANT SELECT ON fleet.job_runs TO fleet_alert;
 GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.job_runs TO fleet_operator;
 GRANT SELECT ON fleet.job_runs TO fleet_reader;
 GRANT DELETE, INSERT, SELECT ON fleet.job_runs TO fleet_ticker;
 GRANT SELECT ON fleet.job_runs TO fleet_worker;
-GRANT UPDATE (finished_at, last_error, start_by, status) ON fleet.job_runs TO fleet_ticker;
-GRANT UPDATE (attempts, failures, finished_at, last_error, last_outcome, locked_by, locked_host, locked_pid, locked_until, renewed_at, run_after, span_id, start_by, started_at, status, trace_id, traced) ON fleet.job_runs TO fleet_worker;
+GRANT UPDATE (finished_at, last_error, run_window, start_by, status) ON fleet.job_runs TO fleet_ticker;
+GRANT UPDATE (attempts, failures, finished_at, last_error, last_outcome, locked_by, locked_host, locked_pid, locked_until, renewed_at, result, run_after, run_window, span_id, start_by, started_at, status, trace_id, traced) ON fleet.job_runs TO fleet_worker;
 
 CREATE TABLE fleet.migrations (
     version integer NOT NULL,
@@ -113,6 +182,7 @@ CREATE TABLE fleet.migrations (
     applied_at timestamp with time zone NOT NULL DEFAULT now(),
     CONSTRAINT migrations_pkey PRIMARY KEY (version)
 );
+GRANT SELECT ON fleet.migrations TO fleet_alert;
 GRANT SELECT ON fleet.migrations TO fleet_operator;
 GRANT SELECT ON fleet.migrations TO fleet_reader;
 GRANT SELECT ON fleet.migrations TO fleet_ticker;
@@ -139,6 +209,7 @@ CREATE POLICY fleet_operator_all ON fleet.processes FOR ALL TO fleet_operator US
 CREATE POLICY fleet_read ON fleet.processes FOR SELECT TO public USING (true);
 CREATE POLICY fleet_ticker_process ON fleet.processes FOR ALL TO fleet_ticker USING ((kind = 'ticker'::text)) WITH CHECK ((kind = 'ticker'::text));
 CREATE POLICY fleet_worker_process ON fleet.processes FOR ALL TO fleet_worker USING ((kind = 'worker'::text)) WITH CHECK ((kind = 'worker'::text));
+GRANT SELECT ON fleet.processes TO fleet_alert;
 GRANT DELETE, SELECT ON fleet.processes TO fleet_operator;
 GRANT SELECT ON fleet.processes TO fleet_reader;
 GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.processes TO fleet_ticker;
@@ -157,6 +228,7 @@ CREATE POLICY fleet_read ON fleet.schedule_gates FOR SELECT TO public USING (tru
 CREATE POLICY fleet_worker_gate ON fleet.schedule_gates FOR ALL TO fleet_worker USING (true) WITH CHECK (((running_slot IS NULL) OR (EXISTS ( SELECT 1
    FROM fleet.job_runs r
   WHERE ((r.schedule_name = schedule_gates.name) AND (r.scheduled_for = schedule_gates.running_slot) AND (r.status = ANY (ARRAY['pending'::fleet.run_status, 'running'::fleet.run_status])))))));
+GRANT SELECT ON fleet.schedule_gates TO fleet_alert;
 GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.schedule_gates TO fleet_operator;
 GRANT SELECT ON fleet.schedule_gates TO fleet_reader;
 GRANT SELECT ON fleet.schedule_gates TO fleet_ticker;
@@ -178,6 +250,7 @@ CREATE TABLE fleet.schedule_stats (
 );
 ALTER TABLE fleet.schedule_stats SET (fillfactor=50);
 CREATE INDEX schedule_stats_dirty ON fleet.schedule_stats USING btree (name) WHERE (dirty > 0);
+GRANT SELECT ON fleet.schedule_stats TO fleet_alert;
 GRANT SELECT ON fleet.schedule_stats TO fleet_operator;
 GRANT SELECT ON fleet.schedule_stats TO fleet_reader;
 GRANT INSERT, SELECT, UPDATE ON fleet.schedule_stats TO fleet_ticker;
@@ -219,8 +292,12 @@ CREATE TABLE fleet.schedules (
     cadence_gap interval,
     broken_at timestamp with time zone,
     broken_error text,
+    deadline interval,
+    spread interval,
+    spread_offset interval NOT NULL DEFAULT '00:00:00'::interval,
     CONSTRAINT schedules_catchup_check CHECK ((catchup = ANY (ARRAY['skip'::text, 'latest'::text, 'all'::text]))),
     CONSTRAINT schedules_check CHECK (((every IS NULL) <> (cron IS NULL))),
+    CONSTRAINT schedules_deadline_check CHECK ((deadline > '00:00:00'::interval)),
     CONSTRAINT schedules_dst_missing_check CHECK ((dst_missing = ANY (ARRAY['shift'::text, 'skip'::text]))),
     CONSTRAINT schedules_dst_repeated_check CHECK ((dst_repeated = ANY (ARRAY['first'::text, 'last'::text]))),
     CONSTRAINT schedules_every_check CHECK ((every > '00:00:00'::interval)),
@@ -229,18 +306,21 @@ CREATE TABLE fleet.schedules (
     CONSTRAINT schedules_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$'::text)),
     CONSTRAINT schedules_overlap_check CHECK ((overlap = ANY (ARRAY['allow'::text, 'skip'::text, 'queue'::text]))),
     CONSTRAINT schedules_retention_check CHECK ((retention > '00:00:00'::interval)),
+    CONSTRAINT schedules_spread_offset CHECK (((spread_offset >= '00:00:00'::interval) AND (spread_offset < '3660 days'::interval))) NOT VALID,
     CONSTRAINT schedules_time_range CHECK (((start_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (start_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (paused_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (paused_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (next_run_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (next_run_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (created_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (created_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (updated_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (updated_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (cadence_from >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (cadence_from < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (cadence_mid >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (cadence_mid < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (cadence_until >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (cadence_until < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (broken_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (broken_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (cadence_gap > '00:00:00'::interval) AND (cadence_gap <= '146097 days'::interval))) NOT VALID,
     CONSTRAINT schedules_pkey PRIMARY KEY (name)
 );
 ALTER TABLE fleet.schedules SET (autovacuum_vacuum_scale_factor=0.05);
 CREATE INDEX schedules_cadence_expiry ON fleet.schedules USING btree (COALESCE(cadence_mid, cadence_until, '-infinity'::timestamp with time zone)) WHERE (cron IS NOT NULL);
 CREATE INDEX schedules_cadence_outdated ON fleet.schedules USING btree (name) WHERE ((cron IS NOT NULL) AND (cadence_hash IS DISTINCT FROM timing_hash));
+CREATE INDEX schedules_deadline ON fleet.schedules USING btree (name) WHERE (deadline IS NOT NULL);
 CREATE INDEX schedules_due ON fleet.schedules USING btree (next_run_at) WHERE (enabled AND (paused_at IS NULL));
 CREATE TRIGGER schedules_ticker_rules AFTER UPDATE ON fleet.schedules FOR EACH ROW WHEN ((row_security_active(('fleet.schedules'::regclass)::oid) AND pg_has_role('fleet_ticker'::name, 'USAGE'::text) AND ((((NOT (new.next_run_at IS DISTINCT FROM old.next_run_at)) OR ((new.next_run_at > old.next_run_at) AND (new.next_run_at <= ((now() + '7 days'::interval) + COALESCE(new.every, '02:00:00'::interval))))) AND (new.missed_slots >= old.missed_slots) AND ((NOT (new.broken_at IS DISTINCT FROM old.broken_at)) OR (new.broken_at IS NULL) OR (new.broken_at <= now())) AND (NOT (new.cadence_gap IS DISTINCT FROM old.cadence_gap)) AND (NOT (new.cadence_from IS DISTINCT FROM old.cadence_from)) AND (NOT (new.cadence_mid IS DISTINCT FROM old.cadence_mid)) AND (NOT (new.cadence_until IS DISTINCT FROM old.cadence_until))) IS NOT TRUE))) EXECUTE FUNCTION fleet.schedules_ticker_rules();
 ALTER TABLE fleet.schedules ENABLE ROW LEVEL SECURITY;
 CREATE POLICY fleet_operator_all ON fleet.schedules FOR ALL TO fleet_operator USING (true) WITH CHECK (true);
 CREATE POLICY fleet_read ON fleet.schedules FOR SELECT TO public USING (true);
 CREATE POLICY fleet_ticker_advance ON fleet.schedules FOR UPDATE TO fleet_ticker USING (true) WITH CHECK (true);
+GRANT SELECT ON fleet.schedules TO fleet_alert;
 GRANT DELETE, INSERT, SELECT, UPDATE ON fleet.schedules TO fleet_operator;
 GRANT SELECT ON fleet.schedules TO fleet_reader;
 GRANT SELECT ON fleet.schedules TO fleet_ticker;
@@ -262,6 +342,7 @@ CREATE TABLE fleet.slot_outcomes (
 );
 CREATE INDEX slot_outcomes_age ON fleet.slot_outcomes USING btree (last_slot);
 CREATE INDEX slot_outcomes_schedule ON fleet.slot_outcomes USING btree (schedule_name, last_slot);
+GRANT SELECT ON fleet.slot_outcomes TO fleet_alert;
 GRANT SELECT ON fleet.slot_outcomes TO fleet_operator;
 GRANT SELECT ON fleet.slot_outcomes TO fleet_reader;
 GRANT DELETE, SELECT ON fleet.slot_outcomes TO fleet_ticker;
@@ -306,6 +387,19 @@ SELECT least(attempts, 16777215)::bigint * 256
               WHEN last_error LIKE 'overlap:%' THEN 8
               ELSE 10 END
        + CASE WHEN origin = 'schedule' THEN 0 ELSE 16 END
+$function$;
+
+CREATE OR REPLACE FUNCTION fleet.previous_success(run_schedule text, run_slot timestamp with time zone, run_attempts integer)
+ RETURNS TABLE(found jsonb)
+ LANGUAGE sql
+ STABLE ROWS 1
+AS $function$
+    SELECT jsonb_build_object('previous_slot', p.scheduled_for, 'previous_result', p.result)
+    FROM fleet.job_runs p
+    WHERE run_attempts = 0 AND p.schedule_name = run_schedule AND p.scheduled_for < run_slot
+      AND p.status = 'done'
+    ORDER BY p.scheduled_for DESC
+    LIMIT 1
 $function$;
 
 CREATE OR REPLACE FUNCTION fleet.runs_deleted()
