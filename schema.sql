@@ -93,6 +93,25 @@ CREATE TABLE fleet.processes (
     CONSTRAINT fleet_processes_pkey PRIMARY KEY (id)
 );
 
+CREATE TABLE fleet.schedule_audit (
+    id bigint NOT NULL,
+    at timestamp with time zone NOT NULL DEFAULT now(),
+    role text NOT NULL DEFAULT CURRENT_USER,
+    by_name text,
+    action text NOT NULL,
+    schedule text,
+    note text,
+    details jsonb NOT NULL DEFAULT '{}'::jsonb,
+    CONSTRAINT schedule_audit_action_check CHECK ((action = ANY (ARRAY['pause'::text, 'resume'::text, 'trigger'::text, 'retry'::text, 'discard'::text, 'backfill'::text, 'apply'::text]))),
+    CONSTRAINT schedule_audit_by_name_check CHECK (((by_name IS NULL) OR ((char_length(by_name) >= 1) AND (char_length(by_name) <= 100)))),
+    CONSTRAINT schedule_audit_details_check CHECK ((octet_length((details)::text) <= 16384)),
+    CONSTRAINT schedule_audit_note_check CHECK (((note IS NULL) OR (char_length(note) <= 500))),
+    CONSTRAINT schedule_audit_schedule_check CHECK ((char_length(schedule) <= 200)),
+    CONSTRAINT schedule_audit_pkey PRIMARY KEY (id)
+);
+CREATE INDEX schedule_audit_at ON fleet.schedule_audit USING btree (at, id);
+CREATE INDEX schedule_audit_schedule ON fleet.schedule_audit USING btree (schedule, at DESC, id DESC);
+
 CREATE TABLE fleet.schedule_gates (
     name text NOT NULL,
     running_slot timestamp with time zone,
@@ -151,6 +170,8 @@ CREATE TABLE fleet.schedules (
     cadence_gap interval,
     broken_at timestamp with time zone,
     broken_error text,
+    calendar jsonb,
+    CONSTRAINT schedules_calendar_size CHECK (((calendar IS NULL) OR (octet_length((calendar)::text) <= 65536))) NOT VALID,
     CONSTRAINT schedules_catchup_check CHECK ((catchup = ANY (ARRAY['skip'::text, 'latest'::text, 'all'::text]))),
     CONSTRAINT schedules_check CHECK (((every IS NULL) <> (cron IS NULL))),
     CONSTRAINT schedules_dst_missing_check CHECK ((dst_missing = ANY (ARRAY['shift'::text, 'skip'::text]))),

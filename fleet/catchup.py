@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from fleet.calendars import Calendar
 from fleet.schedfile import MAX_GRACE, CatchUp, default_grace
 from fleet.schedule import (
     DROPPED_COUNT_LIMIT,
@@ -35,6 +36,8 @@ class Plan:
     # The grace of the slots in `run` that are created ahead of their time (those after now): each
     # must be started, or seen due by a ticker, within it (see `settle_stale`).
     ahead_grace: timedelta | None = None
+    # The calendar's `until` is past: no slot is left to plan (next_run_at is None).
+    ended: bool = False
 
 
 def plan_slots(
@@ -48,6 +51,7 @@ def plan_slots(
     limit: int,
     max_catchup: int | None = None,
     lookahead: timedelta = timedelta(0),
+    calendar: Calendar | None = None,
 ) -> Plan:
     """Plan the slots in [next_run_at, now + lookahead] (`now` is the database's).
 
@@ -62,6 +66,13 @@ def plan_slots(
     slots are handled; when more remain, next_run_at stays within the horizon so the next tick
     goes on. The work is bounded by `limit` and `max_catchup` slots, and date arithmetic saturates
     rather than overflowing; a timing that cannot be evaluated raises TimingError.
+
+    With a `calendar`, a slot the policy keeps that falls on an excluded date is recorded skipped
+    with a reason starting ``calendar:`` instead (slots it drops stay dropped: the policy works on
+    the timing's slots); slots after its `until` are neither created nor counted, and once the
+    plan reaches one the schedule has ended (`ended`, next_run_at None). An excluded slot is only
+    recorded once due: the slots created ahead stop before the first excluded one, which becomes
+    the next slot to plan (a calendar changed meanwhile still decides it).
     """
     plan = _plan_due(
         timing,
@@ -73,6 +84,8 @@ def plan_slots(
         limit=limit,
         max_catchup=max_catchup,
     )
+    if calendar is not None and _calendar_due(plan, calendar):
+        return plan
     nxt = plan.next_run_at
     room = limit - len(plan.run) - len(plan.skipped)
     # Slots ahead only after the past is done: a catch-up cut short by the limit goes first.
@@ -83,11 +96,59 @@ def plan_slots(
             ahead, after = slots_between(timing, nxt, now + lookahead, room), None
             if ahead:
                 after = ahead[-1] + _MICROSECOND  # looked past the last of them again next tick
+        if calendar is not None:
+            ahead, after = _calendar_ahead(ahead, after, calendar, plan)
         if ahead:
             plan.run.extend(ahead)
-            plan.next_run_at = after
             plan.ahead_grace = _grace(timing, grace, nxt)
+        if ahead or plan.ended:
+            plan.next_run_at = after
     return plan
+
+
+def _calendar_due(plan: Plan, calendar: Calendar) -> bool:
+    """Apply the calendar to the due part of a plan; True when the schedule has ended (nothing is
+    to be planned ahead)."""
+    ended = False
+    run: list[datetime] = []
+    skipped: list[tuple[datetime, str]] = []
+    for slot in plan.run:
+        if calendar.ended(slot):
+            ended = True
+            continue
+        excluded = calendar.excluded(slot)
+        if excluded is not None:
+            skipped.append((slot, calendar.reason(excluded)))
+        else:
+            run.append(slot)
+    for slot, why in plan.skipped:
+        if calendar.ended(slot):
+            ended = True
+            continue
+        excluded = calendar.excluded(slot)
+        skipped.append((slot, calendar.reason(excluded) if excluded is not None else why))
+    plan.run = run
+    plan.skipped = sorted(skipped)
+    if ended or (plan.next_run_at is not None and calendar.ended(plan.next_run_at)):
+        plan.next_run_at, plan.ended = None, True
+    return plan.ended
+
+
+def _calendar_ahead(
+    ahead: list[datetime], after: datetime | None, calendar: Calendar, plan: Plan
+) -> tuple[list[datetime], datetime | None]:
+    """The slots to create ahead of their time, cut before the first that is excluded (it is the
+    next slot to plan) or after `until` (the schedule then ends), and the next slot to plan."""
+    for i, slot in enumerate(ahead):
+        if calendar.ended(slot):
+            plan.ended = True
+            return ahead[:i], None
+        if calendar.excluded(slot) is not None:
+            return ahead[:i], slot
+    if after is not None and calendar.ended(after):
+        plan.ended = True
+        return ahead, None
+    return ahead, after
 
 
 def _grace(timing: Timing, grace: timedelta | None, at: datetime) -> timedelta:

@@ -47,8 +47,15 @@ OUTCOMES: Final[tuple[Outcome, ...]] = (
     "missed",
     "unexplained",
 )
-SkipPolicy = Literal["catchup", "max_lateness", "overlap", "discarded", "other"]
-SKIP_POLICIES: Final[tuple[SkipPolicy, ...]] = ("catchup", "max_lateness", "overlap", "discarded", "other")
+SkipPolicy = Literal["catchup", "max_lateness", "overlap", "calendar", "discarded", "other"]
+SKIP_POLICIES: Final[tuple[SkipPolicy, ...]] = (
+    "catchup",
+    "max_lateness",
+    "overlap",
+    "calendar",
+    "discarded",
+    "other",
+)
 MissReason = Literal["paused", "broken", "disabled", "before_created", "timing_changed", "catchup"]
 MISS_REASONS: Final[tuple[MissReason, ...]] = (
     "paused",
@@ -74,6 +81,7 @@ _SKIPPED_KINDS: Final[dict[int, SkipPolicy]] = {
     8: "overlap",
     9: "discarded",
     10: "other",
+    11: "calendar",
 }
 OPERATOR: Final = 16
 ONCE_CODE: Final = (1 << 8) | DONE
@@ -85,6 +93,7 @@ _SKIP_TEXT: Final[dict[SkipPolicy, str]] = {
     "catchup": "skipped by the catch-up policy",
     "max_lateness": "skipped: later than max_lateness",
     "overlap": "skipped: an earlier run was still in progress (overlap)",
+    "calendar": "skipped: a date the schedule's calendar excludes",
     "discarded": "dead, then discarded by an operator",
     "other": "skipped",
 }
@@ -190,6 +199,9 @@ class ScheduleLedger:
     entries_left_off: int
     #: Why the slots could not be enumerated (a timing that cannot be evaluated), else None.
     error: str | None = None
+    #: The end of the schedule's calendar (`until`) when it falls before the window's end: the
+    #: window is cut there (no slot after it is a slot), else None.
+    ended_at: datetime | None = None
 
     @property
     def ok(self) -> bool:
@@ -213,6 +225,7 @@ class ScheduleLedger:
             "entries": [e.to_json() for e in self.entries],
             "entries_left_off": self.entries_left_off,
             "error": self.error,
+            "ended_at": _iso(self.ended_at) if self.ended_at is not None else None,
         }
 
 

@@ -12,7 +12,8 @@
 --   fleet_worker    claims, heartbeats and finishes runs; may set a schedule's overlap gate only to
 --                   an open run of that schedule; cannot change a schedule's definition, or a run's
 --                   job, args or key
---   fleet_operator  applies schedules and repairs runs (retry, discard, trigger, backfill, prune)
+--   fleet_operator  applies schedules and repairs runs (retry, discard, trigger, backfill, prune),
+--                   each recorded in the audit rows, which it can add but never change
 --   fleet_reader    reads everything: status, runs, show, metrics, the dashboard
 
 DO $$
@@ -54,6 +55,10 @@ GRANT INSERT, UPDATE, DELETE ON fleet.schedules, fleet.schedule_gates, fleet.job
     TO fleet_operator;
 GRANT UPDATE (dirty) ON fleet.schedule_stats TO fleet_operator;
 GRANT DELETE ON fleet.processes TO fleet_operator;
+-- The audit rows: an operator adds them (`at` and `role` are the database's, never written), nobody
+-- changes one, and only the tickers' retention removes them.
+GRANT INSERT (by_name, action, schedule, note, details) ON fleet.schedule_audit TO fleet_operator;
+GRANT DELETE ON fleet.schedule_audit TO fleet_ticker;
 
 -- Row-level rules where a column grant cannot say enough. The owner (and a superuser) bypasses them,
 -- so a fleet run as the owner pays nothing for them. On each table that has rules, every role reads

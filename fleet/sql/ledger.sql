@@ -17,7 +17,7 @@ SELECT set_config('jit', 'off', true), set_config('TimeZone', 'UTC', true),
 -- slot, its catch-up counter and its retention.
 SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing,
        s.enabled, s.paused_at, s.pause_note, s.broken_at, s.broken_error, s.next_run_at,
-       s.missed_slots, s.catchup, s.grace, s.retention, s.created_at
+       s.missed_slots, s.catchup, s.grace, s.retention, s.created_at, s.calendar
 FROM fleet.schedules s
 WHERE (%(every)s AND s.enabled) OR s.name = ANY(%(names)s::text[])
 ORDER BY s.name
@@ -28,7 +28,7 @@ ORDER BY s.name
 -- gives it, microseconds since 2000-01-01 UTC, then an int8 code: attempts * 256 + kind, plus 16
 -- for a run an operator made). Kinds: 1 done, 2 done after a lease ran out, 3 dead, 4 pending,
 -- 5 running, skipped by 6 the catch-up, 7 max_lateness, 8 overlap, 9 an operator's discard,
--- 10 anything else. A row per run would cost the driver a step per run; a span's records are
+-- 10 anything else, 11 the schedule's calendar. A row per run would cost the driver a step per run; a span's records are
 -- unpacked at once. Each span is a range of the primary key; the attempts are looked up only for
 -- a run done after more than one.
 SELECT (
@@ -49,6 +49,7 @@ SELECT (
                                   WHEN r.last_error LIKE 'catchup %%' THEN 6
                                   WHEN r.last_error LIKE 'max_lateness:%%' THEN 7
                                   WHEN r.last_error LIKE 'overlap:%%' THEN 8
+                                  WHEN r.last_error LIKE 'calendar:%%' THEN 11
                                   ELSE 10 END
                            + CASE WHEN r.origin = 'schedule' THEN 0 ELSE 16 END),
                ''::bytea ORDER BY r.scheduled_for)

@@ -11,8 +11,8 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now
 -- Read without row locks: apply compares, then writes (and so locks) only the rows that changed.
 -- The definition columns are written by apply alone, and applies hold schedule_lock_apply.
 SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_catchup,
-       max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, enabled,
-       timing_hash
+       max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, calendar,
+       enabled, timing_hash
 FROM fleet.schedules
 ORDER BY name
 
@@ -20,10 +20,10 @@ ORDER BY name
 -- New schedules, a batch at a time: %(rows)s is a JSON array of objects keyed by column.
 INSERT INTO fleet.schedules (name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
                        max_catchup, max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
-                       retention, next_run_at, timing_hash)
+                       retention, calendar, next_run_at, timing_hash)
 SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
        max_catchup, max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
-       retention, next_run_at, timing_hash
+       retention, calendar, next_run_at, timing_hash
 FROM jsonb_populate_recordset(NULL::fleet.schedules, %(rows)s::jsonb)
 
 -- name: schedule_update
@@ -34,7 +34,7 @@ SET every = v.every, cron = v.cron, timezone = v.timezone, start_at = v.start_at
     dst_repeated = v.dst_repeated, dst_missing = v.dst_missing, job = v.job, args = v.args,
     catchup = v.catchup, max_catchup = v.max_catchup, max_lateness = v.max_lateness, grace = v.grace, overlap = v.overlap,
     timeout = v.timeout, max_attempts = v.max_attempts, retry_base = v.retry_base,
-    retry_cap = v.retry_cap, retention = v.retention, enabled = true,
+    retry_cap = v.retry_cap, retention = v.retention, calendar = v.calendar, enabled = true,
     next_run_at = coalesce(v.next_run_at, s.next_run_at), timing_hash = v.timing_hash, updated_at = now(),
     broken_at = NULL, broken_error = NULL
 FROM jsonb_populate_recordset(NULL::fleet.schedules, %(rows)s::jsonb) v
@@ -51,7 +51,7 @@ SELECT pg_notify('fleet_schedules', '')
 -- Schedules with a slot to create: due, or within the lookahead (slots created ahead of their time).
 -- A broken schedule (its timing could not be evaluated) is tried again `retry_broken` after it broke.
 SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing, s.catchup,
-       s.max_catchup, s.max_lateness, s.grace, s.next_run_at, s.broken_at, t.now AS db_now
+       s.max_catchup, s.max_lateness, s.grace, s.next_run_at, s.broken_at, s.calendar, t.now AS db_now
 FROM fleet.schedules s, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
 WHERE s.enabled AND s.paused_at IS NULL AND s.next_run_at <= t.now + %(lookahead)s::interval
   AND (s.broken_at IS NULL OR s.broken_at <= t.now - %(retry_broken)s::interval)
