@@ -171,7 +171,7 @@ def summary(row: AuditRow) -> str:
         parts.append(
             f"{d['count']} slot(s): {', '.join(map(str, slots))}" + (f" and {more} more" if more > 0 else "")
         )
-    for key in ("slot", "next_slot", "args"):
+    for key in ("slot", "next_slot", "timing", "from", "to", "args"):
         if key in d:
             parts.append(f"{key.replace('_', ' ')} {d[key]}")
     for key in ("created", "updated", "replanned", "disabled"):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from typing import Any, Final
@@ -43,6 +43,9 @@ class Calendar:
     exclude: tuple[Range, ...] = ()
     until: date | datetime | None = None  # a date: its whole (local) day; a datetime: aware
     timezone: str = "UTC"
+    # the excluded ranges sorted and merged, and their first dates (for a bisection)
+    _ranges: tuple[Range, ...] = field(default=(), init=False, repr=False, compare=False)
+    _starts: tuple[date, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         merged: list[Range] = []
@@ -57,8 +60,7 @@ class Calendar:
     @property
     def ranges(self) -> tuple[Range, ...]:
         """The excluded ranges sorted, overlapping and adjacent ones merged."""
-        ranges: tuple[Range, ...] = getattr(self, "_ranges")  # noqa: B009 - set in __post_init__
-        return ranges
+        return self._ranges
 
     @property
     def tz(self) -> ZoneInfo:
@@ -66,7 +68,7 @@ class Calendar:
 
     def excluded(self, slot: datetime) -> Range | None:
         """The merged range whose dates hold the slot's local date, or None."""
-        starts: tuple[date, ...] = getattr(self, "_starts")  # noqa: B009
+        starts = self._starts
         if not starts:
             return None
         day = slot.astimezone(self.tz).date()
@@ -95,7 +97,7 @@ class Calendar:
         """Since when a schedule has been kept quiet by its exclusions, as of `at`: `at` itself
         while its local date is excluded, else the end of the latest excluded range before it
         (None when there is none)."""
-        starts: tuple[date, ...] = getattr(self, "_starts")  # noqa: B009
+        starts = self._starts
         day = at.astimezone(self.tz).date()
         i = bisect.bisect_right(starts, day) - 1
         if i < 0:

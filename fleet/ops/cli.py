@@ -47,6 +47,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_apply(args: argparse.Namespace) -> int:
     from fleet.apply import apply_specs
+    from fleet.audit import check_by, check_note
     from fleet.declare import declared, gather
     from fleet.ops.apply_report import print_plan, print_result, warn_unserved
 
@@ -65,9 +66,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if not 1 <= args.max_args_bytes <= MAX_ARGS_LIMIT:
         raise UsageError(f"--max-args-bytes: between 1 and {MAX_ARGS_LIMIT:,}")
     specs = gather(files, in_code, args.max_args_bytes)
+    by, note = check_by(args.by, "--by"), check_note(args.note, "--note")
     with db(args) as conn:
         require_schema(conn)
-        r = apply_specs(conn, specs, prune=args.prune, plan=args.plan)
+        r = apply_specs(conn, specs, prune=args.prune, plan=args.plan, by=by, note=note)
         sources = [str(f) for f in files] + [f"--app {m}" for m in args.app or []]
         (print_plan if args.plan else print_result)(r, len(specs), " and ".join(sources))
         warn_unserved(conn, specs)
@@ -110,6 +112,7 @@ COMMAND_MODULES = (
     "fleet.ops.inspect",
     "fleet.ops.repair",
     "fleet.ops.verify",
+    "fleet.ops.audit",
     "fleet.ops.metrics",
     "fleet.ops.supervise",
     "fleet.ops.dashboard.command",
@@ -122,6 +125,7 @@ COMMAND_MODULE = {
         ("trigger", "backfill", "pause", "resume", "retry", "discard", "prune"), "fleet.ops.repair"
     ),
     "verify": "fleet.ops.verify",
+    "audit": "fleet.ops.audit",
     "metrics": "fleet.ops.metrics",
     **dict.fromkeys(("up", "down", "scale", "supervisor-config", "exec-env"), "fleet.ops.supervise"),
     "dashboard": "fleet.ops.dashboard.command",
@@ -224,6 +228,13 @@ def add_apply(sub: Any) -> Command:
     ap.add_argument(
         "--plan", action="store_true", help="print what would change, field by field; write nothing"
     )
+    ap.add_argument(
+        "--by",
+        metavar="NAME",
+        help="who applies, recorded with the database role in an audit row per schedule changed "
+        "(`fleetctl audit`; at most 100 characters)",
+    )
+    ap.add_argument("--note", metavar="TEXT", help="why, recorded in the audit rows (at most 500 characters)")
     return cmd_apply
 
 
@@ -232,7 +243,18 @@ NEEDS = {
     "migrate": "ownership of the schema (run migrate as its owner)",
     **{
         c: "fleet_reader"
-        for c in ("status", "runs", "show", "dead", "trace", "workers", "verify", "metrics", "dashboard")
+        for c in (
+            "status",
+            "runs",
+            "show",
+            "dead",
+            "trace",
+            "workers",
+            "verify",
+            "audit",
+            "metrics",
+            "dashboard",
+        )
     },
 }
 BAD_INPUT = (UsageError, ConfigError, SchemaOutdated, SchemaMissing, RequestError, PermissionDenied)

@@ -6,7 +6,9 @@ schedules in name order and, within a schedule, its runs along the primary key, 
 `batch` runs per step; it costs about one index probe per schedule (all of a step's schedules in one
 statement) plus a statement for each schedule with runs to delete. The cutoffs are fixed when the
 pass starts (its `mark`), so a pass is exact per schedule as of then.
-One `retention_pass` line is logged when a pass ends, with what it removed in all its steps.
+The last step of a pass also removes audit rows (fleet.audit) older than their schedule's retention,
+at most `batch` of them (they are few: one per operator action). One `retention_pass` line is logged
+when a pass ends, with what it removed in all its steps.
 """
 
 from __future__ import annotations
@@ -103,12 +105,16 @@ def retention_step(
     if page[0]["schedules"] == schedules_per_step:
         here = Position(page[0]["last_name"], None, pos.runs + removed, pos.steps + 1)
         return Step(more=True, mark=start, cursor=here.dump())
+    audit_rows = conn.execute(
+        q("audit_expire"), {"start": start, "default": default, "limit": batch}
+    ).rowcount
     # the pass took from its start to this step's, plus this step
     took = (progress.now - start).total_seconds() + time.monotonic() - began
     logs.event(
         "retention_pass",
         ticker_id=ticker_id,
         runs=pos.runs + removed,
+        audit_rows=audit_rows,
         steps=pos.steps + 1,
         duration_s=round(took, 3),
         default_retention_s=default.total_seconds(),
