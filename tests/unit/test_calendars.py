@@ -22,8 +22,8 @@ def entry(**fields: Any) -> tuple[Any, list[str]]:
     return parse_entry({"name": "s", "job": "j", "cron": "0 * * * *", **fields}, "schedule 's'")
 
 
-def local(*args: int) -> datetime:
-    return datetime(*args, tzinfo=BERLIN)  # type: ignore[misc]
+def local(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, tzinfo=BERLIN)
 
 
 def test_the_file_form_of_a_calendar_is_read_in_the_schedules_time_zone() -> None:
