@@ -70,9 +70,9 @@ def plan_slots(
     With a `calendar`, a slot the policy keeps that falls on an excluded date is recorded skipped
     with a reason starting ``calendar:`` instead (slots it drops stay dropped: the policy works on
     the timing's slots); slots after its `until` are neither created nor counted, and once the
-    plan reaches one the schedule has ended (`ended`, next_run_at None). An excluded slot is only
-    recorded once due: the slots created ahead stop before the first excluded one, which becomes
-    the next slot to plan (a calendar changed meanwhile still decides it).
+    plan reaches one the schedule has ended (`ended`, next_run_at None). An excluded slot within the
+    lookahead is recorded skipped ahead of its time like the others are created (an apply that
+    changes the calendar withdraws it, as it withdraws runs created ahead).
     """
     plan = _plan_due(
         timing,
@@ -96,12 +96,13 @@ def plan_slots(
             ahead, after = slots_between(timing, nxt, now + lookahead, room), None
             if ahead:
                 after = ahead[-1] + _MICROSECOND  # looked past the last of them again next tick
+        planned = bool(ahead)
         if calendar is not None:
             ahead, after = _calendar_ahead(ahead, after, calendar, plan)
         if ahead:
             plan.run.extend(ahead)
             plan.ahead_grace = _grace(timing, grace, nxt)
-        if ahead or plan.ended:
+        if planned:
             plan.next_run_at = after
     return plan
 
@@ -137,18 +138,22 @@ def _calendar_due(plan: Plan, calendar: Calendar) -> bool:
 def _calendar_ahead(
     ahead: list[datetime], after: datetime | None, calendar: Calendar, plan: Plan
 ) -> tuple[list[datetime], datetime | None]:
-    """The slots to create ahead of their time, cut before the first that is excluded (it is the
-    next slot to plan) or after `until` (the schedule then ends), and the next slot to plan."""
-    for i, slot in enumerate(ahead):
+    """The slots to create ahead of their time: the excluded ones go to the plan's skipped, those
+    after `until` are dropped (the schedule then ends); and the next slot to plan."""
+    run: list[datetime] = []
+    for slot in ahead:
         if calendar.ended(slot):
             plan.ended = True
-            return ahead[:i], None
-        if calendar.excluded(slot) is not None:
-            return ahead[:i], slot
+            return run, None
+        excluded = calendar.excluded(slot)
+        if excluded is not None:
+            plan.skipped.append((slot, calendar.reason(excluded)))
+        else:
+            run.append(slot)
     if after is not None and calendar.ended(after):
         plan.ended = True
-        return ahead, None
-    return ahead, after
+        return run, None
+    return run, after
 
 
 def _grace(timing: Timing, grace: timedelta | None, at: datetime) -> timedelta:

@@ -195,3 +195,34 @@ def test_a_calendar_is_shown_by_apply_plan_field_by_field(
     # applied again unchanged: nothing to do
     code, out, _ = fleetctl(capsys, db_url, "apply", str(f))
     assert code == 0 and "unchanged 1" in out
+
+
+def test_excluded_slots_recorded_ahead_are_withdrawn_when_the_calendar_changes(
+    conn: psycopg.Connection[Any],
+) -> None:
+    t0 = datetime(2026, 12, 24, 22, 30, tzinfo=UTC)
+    text = '[[schedule]]\nname = "h"\nevery = "1h"\njob = "noop"\n'
+    apply_text(conn, text + 'exclude = ["2026-12-25"]\n', now=t0)
+    run_once(conn, batch_size=10, catchup_limit=100, lookahead=3 * HOUR, now=t0)
+    got = conn.execute(
+        "SELECT scheduled_for, status::text, last_error FROM fleet.job_runs ORDER BY 1"
+    ).fetchall()
+    midnight = datetime(2026, 12, 25, tzinfo=UTC)
+    assert [(r["scheduled_for"], r["status"]) for r in got] == [
+        (t0 + 30 * timedelta(minutes=1), "pending"),
+        (midnight, "skipped"),
+        (midnight + HOUR, "skipped"),
+    ]
+    assert scalar(conn, "SELECT next_run_at FROM fleet.schedules") == midnight + 2 * HOUR
+    # the exclusion is dropped before its slots come: they are withdrawn and created to run
+    apply_text(conn, text, now=t0 + timedelta(minutes=1))
+    assert scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'skipped'") == 0
+    run_once(conn, batch_size=10, catchup_limit=100, lookahead=3 * HOUR, now=t0 + timedelta(minutes=1))
+    pending = conn.execute(
+        "SELECT scheduled_for FROM fleet.job_runs WHERE status = 'pending' ORDER BY 1"
+    ).fetchall()
+    assert [r["scheduled_for"] for r in pending] == [
+        t0 + 30 * timedelta(minutes=1),
+        midnight,
+        midnight + HOUR,
+    ]

@@ -129,7 +129,7 @@ def test_planning_records_excluded_slots_skipped_across_a_dst_change() -> None:
     assert not (set(run) & set(day))
 
 
-def test_slots_ahead_stop_before_an_excluded_one_which_is_recorded_once_due() -> None:
+def test_excluded_slots_ahead_are_recorded_skipped_ahead_like_the_others_are_created() -> None:
     timing = Timing(every=HOUR)
     t0 = datetime(2026, 12, 24, 21, tzinfo=UTC)
     cal = Calendar(((date(2026, 12, 25), date(2026, 12, 25)),))
@@ -141,24 +141,27 @@ def test_slots_ahead_stop_before_an_excluded_one_which_is_recorded_once_due() ->
         grace=None,
         max_lateness=None,
         limit=100,
-        lookahead=timedelta(hours=6),
+        lookahead=timedelta(hours=5),
         calendar=cal,
     )
-    assert plan.run == [t0, t0 + HOUR, t0 + 2 * HOUR] and plan.skipped == []
-    assert plan.next_run_at == datetime(2026, 12, 25, tzinfo=UTC) and not plan.ended
-    due = plan_slots(
+    assert plan.run == [t0, t0 + HOUR, t0 + 2 * HOUR]
+    midnight = datetime(2026, 12, 25, tzinfo=UTC)
+    assert plan.skipped == [(midnight + n * HOUR, "calendar: excluded 2026-12-25 (UTC)") for n in range(3)]
+    assert plan.next_run_at == midnight + 3 * HOUR and not plan.ended
+    # a lookahead holding only excluded slots still moves past them (the ticker is never kept busy)
+    only = plan_slots(
         timing,
         "latest",
-        plan.next_run_at,
-        plan.next_run_at,
+        midnight + HOUR,
+        midnight + 30 * timedelta(minutes=1),
         grace=None,
         max_lateness=None,
         limit=100,
+        lookahead=timedelta(hours=2),
         calendar=cal,
     )
-    assert due.run == [] and due.skipped == [
-        (datetime(2026, 12, 25, tzinfo=UTC), "calendar: excluded 2026-12-25 (UTC)")
-    ]
+    assert only.run == [] and [s for s, _ in only.skipped] == [midnight + HOUR, midnight + 2 * HOUR]
+    assert only.next_run_at == midnight + 3 * HOUR
 
 
 def test_until_ends_the_plan_without_creating_or_counting_later_slots() -> None:

@@ -64,6 +64,7 @@ VERDICT_MEANINGS: Final[dict[str, str]] = {
     "RETRYING": "a run waits to retry; under overlap skip, later slots are skipped meanwhile",
     "PAUSED": "paused by an operator",
     "DISABLED": "no longer in the schedules file",
+    "ENDED": "past its calendar's until: no slot left",
     "OK": "healthy",
 }
 assert tuple(VERDICT_MEANINGS) == VERDICTS
