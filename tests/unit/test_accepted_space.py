@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import HealthCheck, assume, example, given, note, settings
 from hypothesis import strategies as st
 
+from fleet.calendars import first_open_slot
 from fleet.catchup import Plan, StaleRun, plan_slots, settle_stale
 from fleet.cron import parse as parse_cron
 from fleet.schedfile import MAX_EVERY, ScheduleSpec, default_grace, parse_entry
@@ -255,6 +256,48 @@ def start_at_text(draw: st.DrawFn) -> str:
     return wall.isoformat() + draw(st.sampled_from(OFFSETS))
 
 
+# Dates of a calendar: the edges of the accepted years, the daylight-saving days of the zones
+# above, a day a zone skipped, and dates near the instants the planning is run at.
+CALENDAR_DATES = (
+    date(1970, 1, 1),
+    date(1970, 1, 2),
+    date(2011, 12, 30),
+    date(2026, 3, 8),
+    date(2026, 3, 29),
+    date(2026, 10, 25),
+    date(2026, 11, 1),
+    date(2026, 12, 25),
+    date(2999, 12, 31),
+)
+CALENDAR_DATE = st.one_of(st.sampled_from(CALENDAR_DATES), st.dates(date(1970, 1, 1), date(2999, 12, 31)))
+
+
+@st.composite
+def exclude_items(draw: st.DrawFn) -> str | date:
+    """One `exclude` entry: a date (text or TOML date) or a range, from a day to centuries long."""
+    first = draw(CALENDAR_DATE)
+    form = draw(st.sampled_from(["text", "date", "range", "long range"]))
+    if form == "date":
+        return first
+    if form == "text":
+        return first.isoformat()
+    days = draw(st.integers(0, 40)) if form == "range" else draw(st.integers(0, 400_000))
+    last = min(first + timedelta(days=min(days, (date(2999, 12, 31) - first).days)), date(2999, 12, 31))
+    return f"{first.isoformat()}..{last.isoformat()}"
+
+
+@st.composite
+def until_values(draw: st.DrawFn) -> str | date:
+    """An `until`: a date (text or TOML date), or a date-time naive or with an offset."""
+    day = draw(CALENDAR_DATE)
+    form = draw(st.sampled_from(["text", "date", "date-time"]))
+    if form == "date":
+        return day
+    if form == "text":
+        return day.isoformat()
+    return f"{day.isoformat()}T{draw(st.integers(0, 23)):02d}:30:00" + draw(st.sampled_from(OFFSETS))
+
+
 @st.composite
 def entries(draw: st.DrawFn) -> dict[str, Any]:
     """A [[schedule]] table as a file holds it (not all accepted)."""
@@ -272,6 +315,8 @@ def entries(draw: st.DrawFn) -> dict[str, Any]:
         "max_lateness": DURATION,
         "dst_repeated": st.sampled_from(["first", "last"]),
         "dst_missing": st.sampled_from(["shift", "skip"]),
+        "exclude": st.lists(exclude_items(), min_size=0, max_size=6),
+        "until": until_values(),
     }
     for key, strategy in optional.items():
         if draw(st.booleans()):
@@ -335,6 +380,14 @@ def store(spec: ScheduleSpec, applied_at: datetime) -> Stored:
 
     upcoming = timed(upcoming_slot, "first_slot_at_or_after (never-fires check)")
     assume(upcoming is not None and upcoming - since <= HORIZON)
+    cal = spec.calendar
+    if cal is not None and not (cal.until is not None and cal.ended(since)):
+        # apply's check of the calendar: a slot it lets run within the ten years (or an `until` past)
+        open_slot = timed(
+            lambda: first_open_slot(t, cal, since, saturating_add(since, HORIZON)),
+            "first_open_slot (never-fires check)",
+        )
+        assume(open_slot is not None)
     first = timed(
         lambda: first_slot_at_or_after(t, spec.start_at if spec.start_at is not None else applied_at),
         "first_slot_at_or_after (next_run_at)",
@@ -359,6 +412,7 @@ def plan(s: Stored, next_run_at: datetime, now: datetime) -> Plan | None:
                 limit=LIMIT,
                 max_catchup=spec.max_catchup,
                 lookahead=LOOKAHEAD,
+                calendar=spec.calendar,
             ),
             "plan_slots",
         )
@@ -410,6 +464,19 @@ def check_plan(s: Stored, next_run_at: datetime, now: datetime, p: Plan) -> list
         assert is_slot(t, slot), f"{slot} is not a slot of the timing"
     if p.next_run_at is not None and slots:
         assert p.next_run_at > slots[-1], "next_run_at not after every planned slot"
+    cal = spec.calendar
+    if cal is None:
+        assert not p.ended and all(not why.startswith("calendar:") for _, why in p.skipped)
+    else:
+        # nothing runs on an excluded date or after `until`; each excluded slot says so
+        assert all(cal.excluded(slot) is None and not cal.ended(slot) for slot in p.run), (
+            "a slot runs excluded"
+        )
+        assert all(not cal.ended(slot) for slot in slots), "a slot after until"
+        for slot, reason in p.skipped:
+            excluded = cal.excluded(slot)
+            assert excluded is None or reason == cal.reason(excluded), f"{slot} excluded, skipped for {reason}"
+        assert not p.ended or p.next_run_at is None, "ended with a next slot"
     ahead = [slot for slot in p.run if slot > now]
     if ahead:
         # Created ahead with a grace; if nobody starts them, the policy settles them within bounds.
