@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, TypedDict, Unpack
 
@@ -48,6 +48,8 @@ class ScheduleFields(TypedDict, total=False):
     retention: Duration
     dst_repeated: Literal["first", "last"]
     dst_missing: Literal["shift", "skip"]
+    exclude: Sequence[str | date]
+    until: str | date | datetime
 
 
 _DECLARED: list[Schedule] = []

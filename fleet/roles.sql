@@ -111,3 +111,15 @@ CREATE POLICY fleet_ticker_settle ON fleet.job_runs FOR UPDATE TO fleet_ticker
 DROP POLICY IF EXISTS fleet_ticker_retention ON fleet.job_runs;
 CREATE POLICY fleet_ticker_retention ON fleet.job_runs FOR DELETE TO fleet_ticker
     USING (status IN ('done', 'skipped'));
+
+-- The audit rows: every role reads them, an operator adds them, and a ticker's retention removes
+-- only rows older than the shortest retention a schedule may have (1 hour): none an operator just
+-- wrote.
+ALTER TABLE fleet.schedule_audit ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS fleet_read ON fleet.schedule_audit;
+CREATE POLICY fleet_read ON fleet.schedule_audit FOR SELECT USING (true);
+DROP POLICY IF EXISTS fleet_operator_add ON fleet.schedule_audit;
+CREATE POLICY fleet_operator_add ON fleet.schedule_audit FOR INSERT TO fleet_operator WITH CHECK (true);
+DROP POLICY IF EXISTS fleet_ticker_retention ON fleet.schedule_audit;
+CREATE POLICY fleet_ticker_retention ON fleet.schedule_audit FOR DELETE TO fleet_ticker
+    USING (at < now() - interval '1 hour');

@@ -475,7 +475,9 @@ def check_plan(s: Stored, next_run_at: datetime, now: datetime, p: Plan) -> list
         assert all(not cal.ended(slot) for slot in slots), "a slot after until"
         for slot, reason in p.skipped:
             excluded = cal.excluded(slot)
-            assert excluded is None or reason == cal.reason(excluded), f"{slot} excluded, skipped for {reason}"
+            assert excluded is None or reason == cal.reason(excluded), (
+                f"{slot} excluded, skipped for {reason}"
+            )
         assert not p.ended or p.next_run_at is None, "ended with a next slot"
     ahead = [slot for slot in p.run if slot > now]
     if ahead:

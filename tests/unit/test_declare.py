@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ timeout = "10m"
 retry = { max_attempts = 3, base = "10s", cap = "5m" }
 dst_repeated = "last"
 dst_missing = "skip"
+exclude = ["2026-12-25", 2026-12-31]
+until = 2027-06-30
 """
 
 
@@ -64,6 +66,8 @@ def test_every_field_of_the_file_means_the_same_in_code() -> None:
         retry=fleet.Retry(max_attempts=3, base="10s", cap=timedelta(minutes=5)),
         dst_repeated="last",
         dst_missing="skip",
+        exclude=["2026-12-25", "2026-12-31"],
+        until="2027-06-30",
     )
     assert in_code.spec() == from_file
     cron = fleet.Cron(
@@ -81,6 +85,8 @@ def test_every_field_of_the_file_means_the_same_in_code() -> None:
         retry={"max_attempts": 3, "base": "10s", "cap": "5m"},
         dst_repeated="last",
         dst_missing="skip",
+        exclude=(date(2026, 12, 25), "2026-12-31"),
+        until=date(2027, 6, 30),
     )
     assert cron.spec() == from_file
 
