@@ -9,6 +9,7 @@ Applies serialise among themselves on an advisory lock that tickers and workers 
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -152,11 +153,13 @@ def _calendar_part(key: str) -> Callable[[ScheduleSpec], Any]:
     return get
 
 
-def _stored(old: dict[str, Any], column: str) -> Any:
-    """A column of a stored definition; `calendar.exclude` and `calendar.until` are parts of one."""
+def _stored(column: str) -> Callable[[dict[str, Any]], Any]:
+    """How a stored definition's value of a field is read: its column, or (`calendar.exclude`,
+    `calendar.until`) a part of one."""
     if column.startswith("calendar."):
-        return (old["calendar"] or {}).get(column.removeprefix("calendar."))
-    return old[column]
+        key = column.removeprefix("calendar.")
+        return lambda old: (old["calendar"] or {}).get(key)
+    return operator.itemgetter(column)
 
 
 # The definition's fields: the name the schedules file gives each, its column, how the spec holds
@@ -185,6 +188,9 @@ _FIELDS: tuple[tuple[str, str, Callable[[ScheduleSpec], Any], Callable[[Any, Any
 )
 
 
+_READ_FIELDS = tuple((name, _stored(column), get, same) for name, column, get, same in _FIELDS)
+
+
 # What a run copies from its schedule when it is created. A change to one of them (or to the timing)
 # replaces the runs created ahead of their time; the other fields are read when a run is claimed,
 # or decide only what happens to slots in the past.
@@ -195,9 +201,9 @@ def diff(old: dict[str, Any], spec: ScheduleSpec) -> list[FieldChange]:
     """The fields in which the stored schedule `old` (a `schedule_definitions` row) and `spec`
     differ; `enabled` too, when a disabled schedule comes back."""
     changes = [
-        FieldChange(name, _text(_stored(old, column)), _text(get(spec)))
-        for name, column, get, same in _FIELDS
-        if not same(_stored(old, column), get(spec))
+        FieldChange(name, _text(stored(old)), _text(get(spec)))
+        for name, stored, get, same in _READ_FIELDS
+        if not same(stored(old), get(spec))
     ]
     if not old["enabled"]:
         changes.append(FieldChange("enabled", "false", "true"))

@@ -583,8 +583,9 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
             "registered), BACKLOG (a due run waiting longer than one interval), LATE (no success for "
             "more than two intervals of the schedule's own cadence), RETRYING (a run waits to retry after "
             "a failed attempt; NOTE names it and says whether later slots are skipped meanwhile), "
-            "PAUSED, DISABLED or OK. NO-TICKER and TICKER-CRASHING concern the enabled, unpaused "
-            "schedules. Exit code: 0 all healthy (OK, RETRYING, PAUSED, DISABLED), 1 any unhealthy, "
+            "PAUSED, DISABLED, ENDED (past its calendar's until) or OK. NO-TICKER and TICKER-CRASHING "
+            "concern the enabled, unpaused schedules. Exit code: 0 all healthy (OK, RETRYING, PAUSED, "
+            "DISABLED, ENDED), 1 any unhealthy, "
             "2 bad input such as an unknown schedule."
         ),
     )

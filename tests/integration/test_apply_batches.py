@@ -32,6 +32,8 @@ dst_repeated = "last"
 dst_missing = "skip"
 retry = { max_attempts = 9, base = "750us", cap = "2d" }
 retention = "45d"
+exclude = ["2026-12-25", "2026-12-24..2026-12-26", 2027-01-01]
+until = "2027-06-30T12:00:00"
 
 [[schedule]]
 name = "plain"
@@ -55,8 +57,8 @@ def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
 def stored(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
     rows = conn.execute(
         "SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_catchup,"
-        " max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, enabled,"
-        " timing_hash"
+        " max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, calendar,"
+        " enabled, timing_hash"
         " FROM fleet.schedules"
     ).fetchall()
     return {r["name"]: r for r in rows}
@@ -73,6 +75,11 @@ def test_every_field_is_stored_as_the_file_gives_it(conn: psycopg.Connection[Any
     assert full["args"]["big"] == 12345678901234567 and full["args"]["text"] == 'ünï "quoted" \\ line\nbreak'
     assert full["start_at"].microsecond == 123456 and str(full["retry_base"]) == "0:00:00.000750"
     assert str(full["retention"]) == "45 days, 0:00:00" and rows["plain"]["retention"] is None
+    assert full["calendar"] == {
+        "exclude": ["2026-12-25", "2026-12-24..2026-12-26", "2027-01-01"],
+        "until": "2027-06-30T12:00:00-04:00",
+    }
+    assert rows["plain"]["calendar"] is None
     again = apply_text(conn, EVERY_FIELD)
     assert again.unchanged == ["full", "plain"] and not again.changes
 
