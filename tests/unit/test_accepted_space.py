@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from hypothesis import HealthCheck, assume, example, given, note, settings
+from hypothesis import HealthCheck, assume, event, example, given, note, settings
 from hypothesis import strategies as st
 
 from fleet.calendars import first_open_slot
@@ -269,13 +269,24 @@ CALENDAR_DATES = (
     date(2026, 12, 25),
     date(2999, 12, 31),
 )
-CALENDAR_DATE = st.one_of(st.sampled_from(CALENDAR_DATES), st.dates(date(1970, 1, 1), date(2999, 12, 31)))
+
+
+def calendar_date(near: tuple[date, ...]) -> st.SearchStrategy[date]:
+    """A date of a calendar: an edge, any date, or (mostly) one within a year of one of `near`."""
+    edges = st.one_of(st.sampled_from(CALENDAR_DATES), st.dates(date(1970, 1, 1), date(2999, 12, 31)))
+    if not near:
+        return edges
+    offset = st.one_of(st.just(0), st.just(-1), st.integers(-2, 1), st.integers(-400, 400))
+    close = st.tuples(st.sampled_from(near), offset).map(
+        lambda t: min(max(t[0] + timedelta(days=t[1]), date(1970, 1, 1)), date(2999, 12, 31))
+    )
+    return st.one_of(edges, close, close, close)
 
 
 @st.composite
-def exclude_items(draw: st.DrawFn) -> str | date:
+def exclude_items(draw: st.DrawFn, near: tuple[date, ...] = ()) -> str | date:
     """One `exclude` entry: a date (text or TOML date) or a range, from a day to centuries long."""
-    first = draw(CALENDAR_DATE)
+    first = draw(calendar_date(near))
     form = draw(st.sampled_from(["text", "date", "range", "long range"]))
     if form == "date":
         return first
@@ -287,9 +298,9 @@ def exclude_items(draw: st.DrawFn) -> str | date:
 
 
 @st.composite
-def until_values(draw: st.DrawFn) -> str | date:
+def until_values(draw: st.DrawFn, near: tuple[date, ...] = ()) -> str | date:
     """An `until`: a date (text or TOML date), or a date-time naive or with an offset."""
-    day = draw(CALENDAR_DATE)
+    day = draw(calendar_date(near))
     form = draw(st.sampled_from(["text", "date", "date-time"]))
     if form == "date":
         return day
@@ -315,13 +326,33 @@ def entries(draw: st.DrawFn) -> dict[str, Any]:
         "max_lateness": DURATION,
         "dst_repeated": st.sampled_from(["first", "last"]),
         "dst_missing": st.sampled_from(["shift", "skip"]),
-        "exclude": st.lists(exclude_items(), min_size=0, max_size=6),
-        "until": until_values(),
     }
     for key, strategy in optional.items():
         if draw(st.booleans()):
             entry[key] = draw(strategy)
     return entry
+
+
+@st.composite
+def calendar_fields(draw: st.DrawFn, *near: datetime) -> dict[str, Any]:
+    """`exclude`, `until` or both (not all accepted), their dates mostly within a year of one of
+    `near`. Drawn apart from `entries()`, so that the properties without a calendar keep the
+    examples they always had."""
+    day = tuple(at.date() for at in near)
+    fields: dict[str, Any] = {}
+    if draw(st.integers(0, 3)):
+        fields["exclude"] = draw(st.lists(exclude_items(day), min_size=1, max_size=6))
+    if "exclude" not in fields or not draw(st.integers(0, 2)):
+        fields["until"] = draw(until_values(day))
+    return fields
+
+
+def with_calendar(data: st.DataObject, applied_at: datetime, later: timedelta) -> dict[str, Any]:
+    """An accepted entry, with a calendar whose dates lie mostly near its first slot and near the
+    instant it is planned at (`later` after that slot)."""
+    entry = data.draw(entries())
+    s = store(accepted_spec(entry), applied_at)
+    return {**entry, **data.draw(calendar_fields(s.next_run_at, s.next_run_at + later))}
 
 
 APPLIED = st.one_of(
@@ -615,6 +646,110 @@ def test_the_ticks_at_one_instant_keep_the_bounds_together(
     if spec.max_catchup + 60 * 60 <= (LOOP_CALLS - 2) * LIMIT:
         # everything due, and ahead within the lookahead, fits in these calls
         assert nxt is None or nxt > now or calls < LOOP_CALLS, f"still due after {calls} ticks"
+
+
+def one_tick_with_a_calendar(entry: dict[str, Any], applied_at: datetime, later: timedelta) -> Plan | None:
+    """The same bounds as without a calendar, and: nothing runs on an excluded date or after
+    `until`, each excluded slot says so, and a plan that ended has no next slot (check_plan)."""
+    spec = accepted_spec(entry)
+    s = store(spec, applied_at)
+    now = s.next_run_at + later
+    p = plan(s, s.next_run_at, now)
+    if p is not None:
+        check_plan(s, s.next_run_at, now, p)
+    return p
+
+
+@PROPERTY
+@given(applied_at=APPLIED, later=LATER, data=st.data())
+def test_one_tick_with_a_calendar_keeps_the_bounds(
+    applied_at: datetime, later: timedelta, data: st.DataObject
+) -> None:
+    p = one_tick_with_a_calendar(with_calendar(data, applied_at, later), applied_at, later)
+    if p is not None:
+        # what the examples reach (--hypothesis-show-statistics)
+        event("ended" if p.ended else "not ended")
+        event(
+            "an excluded slot skipped"
+            if any(w.startswith("calendar:") for _, w in p.skipped)
+            else "none excluded"
+        )
+
+
+# Calendars at their edges: (entry, applied_at, later, whether the tick ends it, slots it excludes).
+CALENDAR_EDGES: list[tuple[dict[str, Any], datetime, timedelta, bool, int]] = [
+    # ten centuries excluded but for the first hour, and an until at the end of them
+    (
+        {
+            "name": "s",
+            "job": "noop",
+            "every": "1h",
+            "exclude": ["2026-01-01..2999-12-30"],
+            "until": "2999-12-31",
+        },
+        datetime(2025, 12, 31, 22, tzinfo=UTC),
+        2 * DAY,
+        False,
+        1,  # catch-up latest: of the missed slots only the newest is kept, and it is excluded
+    ),
+    # hourly in Berlin, both daylight-saving days excluded, ending the day after the second
+    (
+        {
+            "name": "s",
+            "job": "noop",
+            "cron": "0 * * * *",
+            "timezone": "Europe/Berlin",
+            "exclude": [date(2026, 3, 29), "2026-10-25"],
+            "until": "2026-10-26",
+            "catchup": "all",
+            "max_catchup": 100_000,
+        },
+        datetime(2026, 3, 1, tzinfo=UTC),
+        300 * DAY,
+        False,  # the limit (1000 slots) cuts the first tick short of the end
+        23,  # 29 March: 23 hours
+    ),
+]
+
+
+@settings(PROPERTY, max_examples=10)
+@given(case=st.sampled_from(CALENDAR_EDGES))
+def test_calendars_at_their_edges_keep_the_bounds(
+    case: tuple[dict[str, Any], datetime, timedelta, bool, int],
+) -> None:
+    entry, applied_at, later, ended, excluded = case
+    p = one_tick_with_a_calendar(entry, applied_at, later)
+    assert p is not None and p.ended == ended
+    assert sum(1 for _, w in p.skipped if w.startswith("calendar:")) == excluded
+
+
+@PROPERTY
+@given(applied_at=APPLIED, later=LATER, data=st.data())
+def test_the_ticks_at_one_instant_with_a_calendar_keep_the_bounds_together(
+    applied_at: datetime, later: timedelta, data: st.DataObject
+) -> None:
+    spec = accepted_spec(with_calendar(data, applied_at, later))
+    s = store(spec, applied_at)
+    now = s.next_run_at + later
+    nxt: datetime | None = s.next_run_at
+    created: list[datetime] = []
+    calls = 0
+    while nxt is not None and nxt <= now + LOOKAHEAD and calls < LOOP_CALLS:
+        p = plan(s, nxt, now)
+        if p is None:
+            break
+        slots = check_plan(s, nxt, now, p)
+        assert not created or not slots or slots[0] > created[-1], "a slot planned twice"
+        created += slots
+        calls += 1
+        if p.ended:
+            # no slot after `until` is left to plan: the schedule is never due again
+            assert spec.calendar is not None and p.next_run_at is None
+            break
+        if p.next_run_at is None or not slots and p.next_run_at == nxt:
+            break
+        nxt = p.next_run_at
+    assert len([slot for slot in created if slot <= now]) <= spec.max_catchup
 
 
 # ---------------------------------------------------------------------------------------------------
