@@ -10,7 +10,7 @@ come in as a :class:`Facts`. `fleet.verify` reads them from the database; `fleet
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
@@ -81,7 +81,6 @@ _SKIPPED_KINDS: Final[dict[int, SkipPolicy]] = {
     8: "overlap",
     9: "discarded",
     10: "other",
-    11: "calendar",
 }
 OPERATOR: Final = 16
 ONCE_CODE: Final = (1 << 8) | DONE
@@ -140,6 +139,10 @@ class Facts:
     created_text: str = "before the schedule existed"
     planned_text: str = "not created yet"
     cutoff_text: str = "older than the retention"
+    #: whether the schedule's calendar excludes a slot (None: it has no calendar): a slot skipped
+    #: for no policy the database names (its reason starts `calendar:`) on an excluded date was
+    #: skipped by the calendar
+    excluded: Callable[[int], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -423,6 +426,8 @@ class Ledger:
             key = self._key("running", attempts)
         else:
             policy = _SKIPPED_KINDS.get(kind, "other")
+            if policy == "other" and self.facts.excluded is not None and self.facts.excluded(slot):
+                policy = "calendar"
             self.skipped[policy] += 1
             key = self._key("skipped", policy)
         self.counts[key[0]] += 1

@@ -127,17 +127,21 @@ def schedule_ledger(
 ) -> ScheduleLedger:
     """One schedule's ledger over [since, until] (`schedule` is its schedule_ledger row). A
     calendar's `until` cuts the window: its schedule has no slot after it. An excluded slot has
-    the ticker's skipped run (reason ``calendar: ...``) like any other."""
+    the ticker's skipped run (reason ``calendar: ...``); the calendar tells it from the other
+    skipped runs the database cannot name."""
     timing = timing_of(schedule)
     start = max(since, schedule["start_at"] or schedule["created_at"])
     name = schedule["name"]
-    ledger = Ledger(facts(schedule, timing, now, retention), limit)
+    known = facts(schedule, timing, now, retention)
     ended_at = None
     try:
         cal = from_row(schedule["calendar"], schedule["timezone"])
     except TimingError as e:
-        empty = Ledger(ledger.facts, limit).result(name, describe(timing), start, until)
+        empty = Ledger(known, limit).result(name, describe(timing), start, until)
         return replace(empty, error=str(e))
+    if cal is not None and cal.exclude:
+        known = replace(known, excluded=lambda us: cal.excluded(instant(us)) is not None)
+    ledger = Ledger(known, limit)
     end = cal.end() if cal is not None else None
     if end is not None and end <= until:
         until, ended_at = end - _MICROSECOND, end

@@ -28,7 +28,8 @@ ORDER BY s.name
 -- gives it, microseconds since 2000-01-01 UTC, then an int8 code: attempts * 256 + kind, plus 16
 -- for a run an operator made). Kinds: 1 done, 2 done after a lease ran out, 3 dead, 4 pending,
 -- 5 running, skipped by 6 the catch-up, 7 max_lateness, 8 overlap, 9 an operator's discard,
--- 10 anything else, 11 the schedule's calendar. A row per run would cost the driver a step per run; a span's records are
+-- 10 anything else (a slot the schedule's calendar excludes among them: fleet.ledger tells it by
+-- the calendar). A row per run would cost the driver a step per run; a span's records are
 -- unpacked at once. Each span is a range of the primary key; the attempts are looked up only for
 -- a run done after more than one.
 SELECT (
@@ -49,7 +50,6 @@ SELECT (
                                   WHEN r.last_error LIKE 'catchup %%' THEN 6
                                   WHEN r.last_error LIKE 'max_lateness:%%' THEN 7
                                   WHEN r.last_error LIKE 'overlap:%%' THEN 8
-                                  WHEN r.last_error LIKE 'calendar:%%' THEN 11
                                   ELSE 10 END
                            + CASE WHEN r.origin = 'schedule' THEN 0 ELSE 16 END),
                ''::bytea ORDER BY r.scheduled_for)

@@ -100,10 +100,12 @@ def test_each_state_of_a_run() -> None:
         (10, code(9)),
         (11, code(10)),
         (12, code(DONE, 1, operator=True)),
-        (13, code(11)),
+        (13, code(10)),  # on a date the calendar excludes
     ]
     # the pending run at minute 6 is past its grace; one at the last minute would not be
-    facts = Facts(now=T0 + 14 * M + 10_000_000, created=T0, grace=30_000_000)
+    facts = Facts(
+        now=T0 + 14 * M + 10_000_000, created=T0, grace=30_000_000, excluded=lambda us: us == T0 + 13 * M
+    )
     led = ledger(list(range(15)), [*runs, (14, code(PENDING, 0))], facts)
     assert nonzero(led.counts) == {
         "once": 2,
