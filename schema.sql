@@ -26,6 +26,7 @@ CREATE TABLE fleet.job_attempts (
     trace_id text,
     span_id text,
     traced boolean NOT NULL DEFAULT false,
+    renewed_at timestamp with time zone,
     CONSTRAINT job_attempts_pkey PRIMARY KEY (schedule_name, scheduled_for, attempt)
 );
 
@@ -55,6 +56,7 @@ CREATE TABLE fleet.job_runs (
     span_id text,
     traced boolean NOT NULL DEFAULT false,
     start_by timestamp with time zone,
+    renewed_at timestamp with time zone,
     CONSTRAINT job_runs_finite_times CHECK ((isfinite(scheduled_for) AND isfinite(run_after) AND isfinite(locked_until) AND isfinite(started_at) AND isfinite(finished_at))) NOT VALID,
     CONSTRAINT job_runs_origin_check CHECK ((origin = ANY (ARRAY['schedule'::text, 'trigger'::text, 'backfill'::text]))),
     CONSTRAINT job_runs_start_by_finite CHECK (isfinite(start_by)) NOT VALID,
@@ -68,7 +70,7 @@ CREATE INDEX job_runs_leases ON fleet.job_runs USING btree (locked_until) WHERE 
 CREATE INDEX job_runs_open ON fleet.job_runs USING btree (schedule_name, scheduled_for) WHERE (status = ANY (ARRAY['pending'::fleet.run_status, 'running'::fleet.run_status]));
 CREATE INDEX job_runs_pending ON fleet.job_runs USING btree (run_after) WHERE (status = 'pending'::fleet.run_status);
 CREATE INDEX job_runs_start_by ON fleet.job_runs USING btree (start_by) WHERE (start_by IS NOT NULL);
-CREATE TRIGGER job_runs_delete_attempts AFTER DELETE ON fleet.job_runs REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION fleet.delete_attempts();
+CREATE TRIGGER job_runs_deleted AFTER DELETE ON fleet.job_runs REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION fleet.runs_deleted();
 
 CREATE TABLE fleet.migrations (
     version integer NOT NULL,
@@ -190,13 +192,62 @@ CREATE INDEX schedules_cadence_expiry ON fleet.schedules USING btree (COALESCE(c
 CREATE INDEX schedules_cadence_outdated ON fleet.schedules USING btree (name) WHERE ((cron IS NOT NULL) AND (cadence_hash IS DISTINCT FROM timing_hash));
 CREATE INDEX schedules_due ON fleet.schedules USING btree (next_run_at) WHERE (enabled AND (paused_at IS NULL));
 
-CREATE OR REPLACE FUNCTION fleet.delete_attempts()
+CREATE TABLE fleet.slot_outcomes (
+    id bigint NOT NULL,
+    schedule_name text NOT NULL,
+    first_slot timestamp with time zone NOT NULL,
+    last_slot timestamp with time zone NOT NULL,
+    slots integer NOT NULL,
+    records bytea NOT NULL,
+    removed_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT slot_outcomes_check CHECK ((octet_length(records) = (16 * slots))),
+    CONSTRAINT slot_outcomes_check1 CHECK ((first_slot <= last_slot)),
+    CONSTRAINT slot_outcomes_slots_check CHECK ((slots > 0)),
+    CONSTRAINT slot_outcomes_pkey PRIMARY KEY (id)
+);
+CREATE INDEX slot_outcomes_age ON fleet.slot_outcomes USING btree (last_slot);
+CREATE INDEX slot_outcomes_schedule ON fleet.slot_outcomes USING btree (schedule_name, last_slot);
+
+CREATE OR REPLACE FUNCTION fleet.ledger_code(status fleet.run_status, attempts integer, last_outcome text, last_error text, origin text, lease_expired boolean)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+SELECT least(attempts, 16777215)::bigint * 256
+       + CASE WHEN status = 'done' THEN CASE WHEN attempts > 1 AND lease_expired THEN 2 ELSE 1 END
+              WHEN status = 'dead' THEN 3
+              WHEN status = 'pending' THEN 4
+              WHEN status = 'running' THEN 5
+              WHEN last_outcome = 'discarded' THEN 9
+              WHEN last_error LIKE 'catchup %' THEN 6
+              WHEN last_error LIKE 'max_lateness:%' THEN 7
+              WHEN last_error LIKE 'overlap:%' THEN 8
+              ELSE 10 END
+       + CASE WHEN origin = 'schedule' THEN 0 ELSE 16 END
+$function$;
+
+CREATE OR REPLACE FUNCTION fleet.runs_deleted()
  RETURNS trigger
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
+    IF coalesce(current_setting('fleet.keep_outcomes', true), '') <> 'off' THEN
+        INSERT INTO fleet.slot_outcomes (schedule_name, first_slot, last_slot, slots, records)
+        SELECT g.schedule_name, min(g.scheduled_for), max(g.scheduled_for), count(*),
+               string_agg(timestamptz_send(g.scheduled_for)
+                          || int8send(fleet.ledger_code(g.status, g.attempts, g.last_outcome, g.last_error,
+                                                        g.origin,
+                                                        EXISTS (SELECT 1 FROM fleet.job_attempts a
+                                                                WHERE a.schedule_name = g.schedule_name
+                                                                  AND a.scheduled_for = g.scheduled_for
+                                                                  AND a.outcome = 'lease_expired'))),
+                          ''::bytea ORDER BY g.scheduled_for)
+        FROM gone g
+        WHERE g.status IN ('done', 'skipped', 'dead')
+        GROUP BY g.schedule_name;
+    END IF;
     DELETE FROM fleet.job_attempts a
     USING gone g
     WHERE a.schedule_name = g.schedule_name AND a.scheduled_for = g.scheduled_for;

@@ -210,6 +210,25 @@ def diff(old: dict[str, Any], spec: ScheduleSpec) -> list[FieldChange]:
     return changes
 
 
+def compare_specs(conn: psycopg.Connection[Any], specs: Sequence[ScheduleSpec]) -> list[Change]:
+    """What applying `specs` would create, update or re-plan (as `apply --plan` says, without
+    `--prune`), reading only their rows: the schedules whose stored definition differs, in the order
+    of `specs`."""
+    names = [s.name for s in specs]
+    stored = {r["name"]: r for r in conn.execute(q("schedule_definitions_named"), {"names": names})}
+    changes: list[Change] = []
+    for spec in specs:
+        old = stored.get(spec.name)
+        if old is None:
+            changes.append(Change(spec.name, "create", spec=spec))
+            continue
+        fields = diff(old, spec)
+        replan = old["timing_hash"] != spec.timing_hash() or not old["enabled"]
+        if fields or replan:
+            changes.append(Change(spec.name, "replan" if replan else "update", tuple(fields)))
+    return changes
+
+
 def apply_specs(
     conn: psycopg.Connection[Any],
     specs: Sequence[ScheduleSpec],

@@ -465,6 +465,7 @@ def _attempt(a: dict[str, Any]) -> Attempt:
         trace_id=a["trace_id"],
         span_id=a["span_id"],
         traced=bool(a.get("traced", False)),
+        renewed_at=utc(a.get("renewed_at")),
     )
 
 

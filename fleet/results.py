@@ -229,6 +229,10 @@ class Attempt:
     span_id: str | None
     #: Whether its worker exported that span (a Jaeger search finds it only then).
     traced: bool
+    #: An attempt whose lease ran out: when its lease was last taken or renewed, its worker last
+    #: heard from (from then the run waited for the lease to run out and a worker to reclaim it).
+    #: None for the others, and for attempts recorded before fleet kept it.
+    renewed_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The object `fleetctl show --json` prints for this attempt."""

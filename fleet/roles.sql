@@ -7,7 +7,8 @@
 --   fleet_ticker    materialises slots: reads schedules, advances their next slot, inserts runs
 --                   whose job and args are their schedule's own; settles runs created ahead that
 --                   nobody started in time (run or skipped, never started by it); deletes finished
---                   (done, skipped) runs for retention, their attempts going with them; cannot
+--                   (done, skipped) runs for retention, their attempts going with them and their
+--                   outcomes staying in the slot ledger, which it trims to its own retention; cannot
 --                   finish or change other runs, nor delete a dead, pending or running one
 --   fleet_worker    claims, heartbeats and finishes runs; may set a schedule's overlap gate only to
 --                   an open run of that schedule; cannot change a schedule's definition, or a run's
@@ -43,10 +44,11 @@ GRANT INSERT, DELETE ON fleet.job_runs TO fleet_ticker;
 GRANT UPDATE (start_by, status, finished_at, last_error) ON fleet.job_runs TO fleet_ticker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_ticker;
 GRANT INSERT, UPDATE ON fleet.chores TO fleet_ticker;
+GRANT DELETE ON fleet.slot_outcomes TO fleet_ticker;
 
 GRANT INSERT, UPDATE ON fleet.schedule_gates TO fleet_worker;
 GRANT UPDATE (status, attempts, failures, last_outcome, locked_by, locked_host, locked_pid, locked_until,
-              started_at, finished_at, last_error, run_after, trace_id, span_id, traced, start_by)
+              started_at, finished_at, last_error, run_after, trace_id, span_id, traced, start_by, renewed_at)
     ON fleet.job_runs TO fleet_worker;
 GRANT INSERT ON fleet.job_attempts TO fleet_worker;
 GRANT INSERT, UPDATE, DELETE ON fleet.processes TO fleet_worker;

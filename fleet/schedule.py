@@ -23,10 +23,11 @@ Every slot is a UTC instant, produced once, and the slots of a schedule are stri
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
@@ -53,6 +54,7 @@ __all__ = [
     "cadence_run",
     "cadence_slots",
     "parse_duration",
+    "slot_offsets",
     "slots_and_next",
     "slots_between",
     "validate_timing",
@@ -816,3 +818,92 @@ def format_duration(value: timedelta) -> str:
         if count:
             parts.append(f"{count}{unit}")
     return sign + "".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Long ranges of a cron schedule, a day at a time
+
+# How densely a day's UTC offset is sampled to find that no offset change touches it. Changes in
+# tzdata are hours or at least minutes apart, never two within this step that cancel out.
+_OFFSET_PROBE: Final = timedelta(minutes=30)
+_DAY: Final = timedelta(days=1)
+
+
+def slot_offsets(t: Timing, start: datetime, end: datetime) -> Iterator[tuple[datetime, Sequence[int]]]:
+    """The slots in [start, end] as ``(base, offsets)`` pairs, ascending: each slot is ``base``
+    plus a number of microseconds from ``offsets`` (ascending). Exactly the slots
+    :func:`slots_between` gives, at a fraction of the cost for a long range of a cron schedule.
+
+    A cron day whose UTC offset is the same throughout (and on both of its edges) holds its wall
+    times once each, at a fixed distance from its midnight, and nothing from the days beside it:
+    its slots are that midnight plus the times of day the expression lists. The stretches between
+    such days (the days of an offset change, and the days with no matching date) are walked."""
+    first, last = _utc(start, "start"), _utc(end, "end")
+    if first > last:
+        return
+    plan = _plan(t)
+    if not isinstance(plan, _CronPlan) or t.cron is None:
+        slots = slots_between(t, first, last, 2**62)
+        if slots:
+            yield slots[0], [(s - slots[0]) // _MICROSECOND for s in slots]
+        return
+    times, day_expr = _day_parts(plan.expr)
+    cursor = first  # the slots before it are given
+    wall = first.astimezone(plan.tz).replace(tzinfo=None, fold=0)
+    try:
+        for day in CronSim(day_expr, datetime(wall.year, wall.month, wall.day) - _SECOND):
+            base = day.replace(tzinfo=plan.tz).astimezone(UTC)
+            if base > last:
+                break
+            if base + _DAY <= cursor or not _steady_day(plan.tz, base):
+                continue
+            if base > cursor:
+                yield from _walked(t, cursor, base - _MICROSECOND)
+            low = (max(cursor, base) - base) // _MICROSECOND
+            high = (min(last, base + _DAY - _MICROSECOND) - base) // _MICROSECOND
+            if low == 0 and high >= times[-1]:
+                yield base, times
+            else:
+                yield base, times[bisect.bisect_left(times, low) : bisect.bisect_right(times, high)]
+            cursor = base + _DAY
+            if cursor > last:
+                return
+    except (OverflowError, StopIteration, CronSimError):
+        pass
+    yield from _walked(t, cursor, last)
+
+
+def _walked(t: Timing, start: datetime, end: datetime) -> Iterator[tuple[datetime, Sequence[int]]]:
+    if start > end:
+        return
+    slots = slots_between(t, start, end, 2**62)
+    if slots:
+        yield slots[0], [(s - slots[0]) // _MICROSECOND for s in slots]
+
+
+def _steady_day(tz: ZoneInfo, base: datetime) -> bool:
+    """Whether the UTC offset of `tz` is one and the same from just before instant `base` to
+    `base` plus a day, both ends included."""
+    offset = base.astimezone(tz).utcoffset()
+    if (base - _MICROSECOND).astimezone(tz).utcoffset() != offset:
+        return False
+    probe = base + _OFFSET_PROBE
+    while probe < base + _DAY:
+        if probe.astimezone(tz).utcoffset() != offset:
+            return False
+        probe += _OFFSET_PROBE
+    return (base + _DAY).astimezone(tz).utcoffset() == offset
+
+
+@lru_cache(maxsize=256)
+def _day_parts(expr: str) -> tuple[tuple[int, ...], str]:
+    """A six-field expression's times of day (microseconds after midnight, ascending) and the
+    expression of its matching dates alone (at midnight)."""
+    fields = parse_cron(expr, strict=False)
+    times = sorted(
+        ((h * 60 + m) * 60 + s) * 1_000_000
+        for h in fields.hours
+        for m in fields.minutes
+        for s in fields.seconds
+    )
+    return tuple(times), "0 0 0 " + " ".join(expr.split()[3:])

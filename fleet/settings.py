@@ -33,6 +33,9 @@ DEFAULT_ABANDON_AFTER_S = 30.0
 DEFAULT_RETENTION = timedelta(days=30)
 DEFAULT_RETENTION_EVERY_S = 3600.0
 DEFAULT_RETENTION_BATCH = 2000
+# What retention removes leaves each slot's outcome behind in the slot ledger, 16 bytes a slot, kept
+# this long (by the slot's age) so that `fleetctl verify` covers a year and a bit of every schedule.
+DEFAULT_LEDGER_RETENTION = timedelta(days=400)
 # How often one of the tickers rolls the finished runs up into the schedules' health stats.
 DEFAULT_HEALTH_ROLLUP_S = 2.0
 # Durations (lease, heartbeat, poll, grace) are finite and at most a week; a worker runs at most
@@ -62,6 +65,7 @@ class TickerSettings:
     retention_every_s: float = DEFAULT_RETENTION_EVERY_S
     retention_batch: int = DEFAULT_RETENTION_BATCH
     health_rollup_s: float = DEFAULT_HEALTH_ROLLUP_S
+    ledger_retention: timedelta | None = DEFAULT_LEDGER_RETENTION  # None: no outcome kept
 
 
 @dataclass(frozen=True)
@@ -136,16 +140,16 @@ def check_duration(value: float, flag: str, allow_zero: bool = False) -> float:
     return value
 
 
-def _retention(raw: str) -> timedelta | None:
+def _retention(raw: str, flag: str = "--retention") -> timedelta | None:
     """`off`, or a duration from an hour to ten years (the bounds of a schedule's `retention`)."""
     if raw.strip().lower() == "off":
         return None
     try:
-        d = parse_duration(raw, "--retention")
+        d = parse_duration(raw, flag)
     except TimingError as e:
         raise ConfigError(f"{e}; or off") from None
     if not MIN_RETENTION <= d <= MAX_RETENTION:
-        raise ConfigError(f"--retention: must be from 1h to {MAX_RETENTION.days} days, or off; got {raw!r}")
+        raise ConfigError(f"{flag}: must be from 1h to {MAX_RETENTION.days} days, or off; got {raw!r}")
     return d
 
 
@@ -264,6 +268,15 @@ def ticker_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=_env_help("FLEET_RETENTION_BATCH", "most runs one retention step deletes (2000)"),
     )
+    p.add_argument(
+        "--ledger-retention",
+        metavar="DURATION",
+        help=_env_help(
+            "FLEET_LEDGER_RETENTION",
+            "keep the outcome of each slot whose run retention removed (16 bytes a slot, for "
+            "`fleetctl verify`) until the slot is this old; 1h to 3660d, or off to keep none (400d)",
+        ),
+    )
     return p
 
 
@@ -301,6 +314,13 @@ def ticker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> T
         leader=_take(a.leader, environ, "FLEET_TICKER_LEADER", False, _bool, "--leader"),
         ticker_id=_take(a.id, environ, "FLEET_TICKER_ID", "", str, "--id") or default_process_id("ticker"),
         retention=_retention_setting(a.retention, environ),
+        ledger_retention=_retention_setting(
+            a.ledger_retention,
+            environ,
+            "FLEET_LEDGER_RETENTION",
+            "--ledger-retention",
+            DEFAULT_LEDGER_RETENTION,
+        ),
         retention_every_s=check_duration(
             _take(
                 a.retention_every,
@@ -341,11 +361,17 @@ def ticker_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> T
     return s
 
 
-def _retention_setting(value: str | None, environ: Mapping[str, str]) -> timedelta | None:
-    raw = value if value is not None else environ.get("FLEET_RETENTION")
+def _retention_setting(
+    value: str | None,
+    environ: Mapping[str, str],
+    env: str = "FLEET_RETENTION",
+    flag: str = "--retention",
+    default: timedelta = DEFAULT_RETENTION,
+) -> timedelta | None:
+    raw = value if value is not None else environ.get(env)
     if raw is None or raw == "":
-        return DEFAULT_RETENTION
-    return _retention(raw)
+        return default
+    return _retention(raw, flag)
 
 
 def worker_parser() -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ merged with the schedule's runs (fleet.ledger), read in one snapshot as a stream
 
 from __future__ import annotations
 
+import bisect
 import sys
 from array import array
 from collections.abc import Generator, Iterator, Sequence
@@ -31,7 +32,7 @@ from fleet.schedule import (
     latest_slot_at_or_before,
     nominal_interval,
     saturating_add,
-    slots_and_next,
+    slot_offsets,
     timing_of,
 )
 
@@ -207,8 +208,8 @@ def _grace(schedule: dict[str, Any], timing: Timing, now: datetime) -> timedelta
 
 def slot_chunks(timing: Timing, start: datetime, until: datetime) -> Iterator[array[int]]:
     """The slots of `timing` in [start, until], ascending, in chunks of microseconds since
-    2000-01-01 UTC: an interval schedule's by arithmetic from its first slot, a cron schedule's by
-    walking it (fleet.schedule), a chunk at a time."""
+    2000-01-01 UTC: an interval schedule's by arithmetic from its first slot, a cron schedule's a day
+    at a time (fleet.schedule.slot_offsets), a chunk at a time."""
     if timing.every is not None:
         first = first_slot_at_or_after(timing, start)
         last = latest_slot_at_or_before(timing, until)
@@ -219,14 +220,15 @@ def slot_chunks(timing: Timing, start: datetime, until: datetime) -> Iterator[ar
         for low in range(micros(first), high + 1, step * CHUNK):
             yield array("q", range(low, min(high + 1, low + step * CHUNK), step))
         return
-    walk: datetime | None = start
-    while walk is not None:
-        slots, walk = slots_and_next(timing, walk, until, CHUNK)
-        if not slots:
-            return
-        yield array("q", [micros(s) for s in slots])
-        if walk is not None and walk > until:
-            return
+    chunk = array("q")
+    for base, offsets in slot_offsets(timing, start, until):
+        at = micros(base)
+        chunk.extend([at + offset for offset in offsets])
+        if len(chunk) >= CHUNK:
+            yield chunk
+            chunk = array("q")
+    if chunk:
+        yield chunk
 
 
 def run_chunks(
@@ -234,7 +236,8 @@ def run_chunks(
 ) -> Generator[tuple[array[int], array[int]]]:
     """The schedule's runs in [start, until] in slot order, in chunks: their slots (microseconds
     since 2000-01-01 UTC) and their codes (fleet/sql/ledger.sql, run_ledger). One statement,
-    streamed through a server-side cursor a few spans at a time."""
+    streamed through a server-side cursor a few spans at a time, merged with the outcomes the slot
+    ledger kept of runs that retention removed (fleet.slot_outcomes)."""
     try:
         cadence = nominal_interval(timing, start)
     except TimingError:
@@ -243,16 +246,79 @@ def run_chunks(
     # spans of about CHUNK slots each: a few dozen rows for a year of a one-minute schedule
     spans = max(1, min(span // max(cadence, timedelta(seconds=1)) // CHUNK, 100_000))
     step_us = max(1, (span // _MICROSECOND) // spans + 1)
+    kept = _outcomes(conn, name, start, until)
     with conn.cursor(name="fleet_ledger", binary=True, row_factory=tuple_row) as cur:
         cur.itersize = 16
         cur.execute(q("run_ledger"), {"name": name, "from": start, "until": until, "step_us": step_us})
-        for (packed,) in cur:
-            if not packed:
+        live = (_unpacked(packed) for (packed,) in cur if packed)
+        yield from _with_outcomes(live, kept) if kept[0] else live
+
+
+def _unpacked(packed: bytes) -> tuple[array[int], array[int]]:
+    """16-byte ledger records (big-endian slot, code) as two arrays: slots and codes."""
+    values = array("q", packed)
+    if not _BIG_ENDIAN:
+        values.byteswap()
+    return values[0::2], values[1::2]
+
+
+def _outcomes(
+    conn: psycopg.Connection[Any], name: str, start: datetime, until: datetime
+) -> tuple[array[int], array[int]]:
+    """The outcomes the slot ledger kept of the schedule's removed runs in [start, until]: slots,
+    ascending and each once (a slot removed twice, run again by a backfill meanwhile, keeps its
+    latest outcome), and their codes."""
+    slots, codes = array("q"), array("q")
+    ordered = True
+    with conn.cursor(binary=True, row_factory=tuple_row) as cur:
+        rows = cur.execute(q("outcome_ledger"), {"name": name, "from": start, "until": until}).fetchall()
+    for (packed,) in rows:
+        more_slots, more_codes = _unpacked(packed)
+        ordered = ordered and (not slots or not more_slots or slots[-1] < more_slots[0])
+        slots.extend(more_slots)
+        codes.extend(more_codes)
+    if not ordered:
+        latest = dict(zip(slots, codes, strict=True))
+        slots = array("q", sorted(latest))
+        codes = array("q", [latest[s] for s in slots])
+    low, high = bisect.bisect_left(slots, micros(start)), bisect.bisect_right(slots, micros(until))
+    return slots[low:high], codes[low:high]
+
+
+def _with_outcomes(
+    live: Iterator[tuple[array[int], array[int]]], kept: tuple[array[int], array[int]]
+) -> Iterator[tuple[array[int], array[int]]]:
+    """The live runs' chunks and the kept outcomes as one ascending stream. Where a slot has both (a
+    backfill ran it again after its run was removed), the live run stands."""
+    slots, codes = kept
+    i = 0
+    for run_slots, run_codes in live:
+        # the outcomes before this chunk's first run, as they are
+        j = bisect.bisect_left(slots, run_slots[0], i)
+        if j > i:
+            yield slots[i:j], codes[i:j]
+            i = j
+        # the outcomes among this chunk's runs: merged one by one (rare: removed runs are older)
+        j = bisect.bisect_right(slots, run_slots[-1], i)
+        if j == i:
+            yield run_slots, run_codes
+            continue
+        merged = sorted(
+            [*zip(slots[i:j], codes[i:j], strict=True), *zip(run_slots, run_codes, strict=True)],
+            key=lambda pair: pair[0],
+        )
+        keep_slots, keep_codes = array("q"), array("q")
+        live_slots = set(run_slots)
+        live_codes = dict(zip(run_slots, run_codes, strict=True))
+        for slot, code in merged:
+            if keep_slots and keep_slots[-1] == slot:
                 continue
-            values = array("q", packed)
-            if not _BIG_ENDIAN:
-                values.byteswap()
-            yield values[0::2], values[1::2]
+            keep_slots.append(slot)
+            keep_codes.append(live_codes[slot] if slot in live_slots else code)
+        yield keep_slots, keep_codes
+        i = j
+    if i < len(slots):
+        yield slots[i:], codes[i:]
 
 
 # -- small helpers ---------------------------------------------------------------------------------

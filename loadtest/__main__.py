@@ -94,7 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--workdir",
         type=Path,
-        help="directory for configuration, logs and the embedded database (a new one in /tmp)",
+        help="directory for configuration, logs and the embedded database, kept afterwards "
+        "(default: a new one in /tmp, removed at the end)",
     )
     r.add_argument(
         "--keep-database",

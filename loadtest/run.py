@@ -1,8 +1,11 @@
 """One load test, start to verdict: database, schema, fleet under supervisord, load, faults, drain,
-audit, report. Everything it starts it stops, by pid, also when it fails or is interrupted."""
+audit, report. Everything it starts it stops, by pid, also when it fails or is interrupted, and the
+work directory it made (the embedded database's files, tens of MB, the configuration and logs) it
+removes."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import tempfile
 import time
@@ -13,6 +16,7 @@ from types import FrameType
 from typing import Any
 
 from fleet.db import connect
+from fleet.embedded import stop_embedded
 from fleet.queries import q as fleet_q
 from loadtest import report
 from loadtest.audit import AuditResult, audit
@@ -54,16 +58,19 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
 
 def run(cfg: LoadConfig, opts: RunOptions) -> int:
     """Run the load test; 0 when every invariant holds, 1 when one does not, 2 when it could not run."""
+    # A directory of our own (no --workdir) goes at the end, whatever the end; one given is kept.
+    made = opts.workdir is None
     workdir = opts.workdir or Path(tempfile.mkdtemp(prefix="fleet-lt-", dir="/tmp"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    workdir.chmod(0o755)  # the embedded PostgreSQL runs as its own user when we are root
     old = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     server: Server | None = None
     fleet: FleetRun | None = None
     injector: Injector | None = None
     result: AuditResult | None = None
     try:
-        say(f"work directory {workdir} (configuration, logs)")
+        workdir.mkdir(parents=True, exist_ok=True)
+        workdir.chmod(0o755)  # the embedded PostgreSQL runs as its own user when we are root
+        kept = "kept" if not made else "removed at the end; --workdir DIR keeps one"
+        say(f"work directory {workdir} (configuration, logs; {kept})")
         server, url = _database(workdir, opts)
         if cfg.pg_restarts and not server.can_restart:
             say("the database is not the embedded one and no --pg-restart-cmd is given: no restart")
@@ -115,12 +122,19 @@ def run(cfg: LoadConfig, opts: RunOptions) -> int:
         say(f"interrupted ({e}); stopping everything")
         return 2
     finally:
+        # Another Ctrl-C while cleaning up would leave half of it undone: the cleanup is bounded.
+        for s in old:
+            signal.signal(s, signal.SIG_IGN)
+        keep_server = opts.keep_database and result is not None
         if injector is not None:
             injector.stop()
         if fleet is not None:
             fleet.stop()
-        if server is not None and server.embedded and not (opts.keep_database and result is not None):
+        if server is not None and server.embedded and not keep_server:
             server.stop()
+        if made and not keep_server:
+            stop_embedded(workdir)  # one interrupted while it started, before `server` was set
+            shutil.rmtree(workdir, ignore_errors=True)
         for s, h in old.items():
             signal.signal(s, h)
     assert result is not None and server is not None

@@ -1,17 +1,23 @@
 """The commands reference, rendered from the argument parsers of fleetctl, fleet-ticker and
 fleet-worker, so that the page says what the code accepts.
 
-As an MkDocs hook it replaces the `<!-- commands -->` marker of reference/commands.md at build time;
-run as a script (`python docs/hooks/cli_reference.py`) it prints the same Markdown.
+The page is committed as generated: its hand-written introduction, the marker line, then the
+rendered sections. `python docs/hooks/cli_reference.py --write` regenerates it (`--check` exits 1
+when it is not current; without either it prints the page). As an MkDocs hook it refuses to build
+a site from a page that is not current, and a test checks the same.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
-MARKER = "<!-- commands -->"
+MARKER = "<!-- generated below from the argument parsers: python docs/hooks/cli_reference.py --write -->"
 PAGE = "reference/commands.md"
+PATH = Path(__file__).resolve().parents[1] / PAGE
+REGENERATE = "python docs/hooks/cli_reference.py --write"
 WIDTH = 100
 
 
@@ -94,14 +100,45 @@ def render() -> str:
     return "\n".join(out)
 
 
+def regenerated(current: str) -> str:
+    """The page `current` with its generated part (everything after the marker line) rendered anew."""
+    if current.count(MARKER) != 1:
+        raise ValueError(f"{PAGE}: the marker line must be there once: {MARKER}")
+    head = current[: current.index(MARKER) + len(MARKER)]
+    return f"{head}\n\n{render().rstrip()}\n"
+
+
+def stale(current: str) -> str | None:
+    """Why the page text `current` is not what the code generates, or None when it is current."""
+    if current == regenerated(current):
+        return None
+    return f"docs/{PAGE} is not current with the argument parsers; regenerate it: {REGENERATE}"
+
+
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
-    """MkDocs hook: fill in the commands page."""
-    if page.file.src_uri == PAGE:
-        if MARKER not in markdown:
-            raise ValueError(f"{PAGE}: the {MARKER} marker is missing")
-        return markdown.replace(MARKER, render())
+    """MkDocs hook: the commands page must be current (a help text changed without regenerating it
+    would otherwise be published as it was)."""
+    if page.file.src_uri == PAGE and (why := stale(markdown)):
+        raise ValueError(why)
     return markdown
 
 
+def main(argv: list[str]) -> int:
+    current = PATH.read_text(encoding="utf-8")
+    if argv == ["--write"]:
+        PATH.write_text(regenerated(current), encoding="utf-8")
+        return 0
+    if argv == ["--check"]:
+        why = stale(current)
+        if why:
+            print(why, file=sys.stderr)
+        return 1 if why else 0
+    if argv:
+        print("usage: python docs/hooks/cli_reference.py [--write | --check]", file=sys.stderr)
+        return 2
+    print(regenerated(current), end="")
+    return 0
+
+
 if __name__ == "__main__":
-    print(render())
+    sys.exit(main(sys.argv[1:]))

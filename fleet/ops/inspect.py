@@ -338,6 +338,7 @@ def slot_history(
             "trace_id": a["trace_id"],
             "span_id": a["span_id"],
             "traced": a["traced"],
+            "renewed_at": iso(a["renewed_at"]),
         }
         for a in conn.execute(q("attempt_list"), {"name": schedule, "slot": slot})
     ]
@@ -356,6 +357,7 @@ def slot_history(
                 "trace_id": run["trace_id"],
                 "span_id": run["span_id"],
                 "traced": run["traced"],
+                "renewed_at": None,
             }
         )
     # Every claim makes trace ids, but only a worker with tracing on exports spans under them.

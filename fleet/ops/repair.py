@@ -165,16 +165,22 @@ def run_prune(
     pause_s: float = PRUNE_PAUSE_S,
     now: datetime | None = None,
     on_batch: Callable[[PruneResult], None] | None = None,
+    keep_outcomes: bool = True,
 ) -> PruneResult:
     """Delete runs that finished more than `older_than` ago (done, skipped, discarded; never an
     unacknowledged dead run) with their attempts, in batches of `batch`, each its own short
     transaction that skips locked rows. The newest successful and the newest finished run of each
-    schedule are always kept, so health stays computable. The result counts what was deleted.
+    schedule are always kept, so health stays computable. Each slot's outcome stays in the slot
+    ledger (`fleet.slot_outcomes`, for `verify`) unless `keep_outcomes` is false. The result
+    counts what was deleted.
     """
     result, params = _prune_scope(conn, older_than, schedule, now)
     after = datetime.min.replace(tzinfo=result.cutoff.tzinfo)
     while True:
-        row = conn.execute(q("run_prune"), {**params, "after": after, "limit": batch}).fetchone()
+        with conn.transaction():
+            if not keep_outcomes:
+                conn.execute(q("outcome_keep_none"))
+            row = conn.execute(q("run_prune"), {**params, "after": after, "limit": batch}).fetchone()
         assert row is not None
         if not row["runs"]:
             return result
@@ -319,7 +325,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         if args.dry_run:
             r = run_prune_count(conn, older_than, schedule=args.schedule)
         else:
-            r = run_prune(conn, older_than, schedule=args.schedule, batch=batch)
+            keep = not args.no_ledger
+            r = run_prune(conn, older_than, schedule=args.schedule, batch=batch, keep_outcomes=keep)
     print(prune_summary(r, dry_run=args.dry_run, elapsed_s=time.monotonic() - started))
     return 0
 
@@ -438,7 +445,8 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         description="Deletes done, skipped and discarded runs that finished more than DURATION ago, with "
         "their attempts, in short transactions that never wait for a lock, and says how many of each it "
         "deleted. Dead runs nobody discarded stay, and so do the newest successful and the newest finished "
-        "run of each schedule.",
+        "run of each schedule. Each deleted run's outcome stays in the slot ledger (16 bytes a slot) for "
+        "`fleetctl verify`, unless --no-ledger.",
     )
     p.add_argument(
         "--older-than",
@@ -455,6 +463,11 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     p.add_argument(
         "--dry-run", action="store_true", help="say what would be deleted, by status; delete nothing"
+    )
+    p.add_argument(
+        "--no-ledger",
+        action="store_true",
+        help="keep no outcome of the deleted runs (verify then calls their slots past retention)",
     )
     return {
         "retry": cmd_retry,

@@ -44,6 +44,14 @@ WHERE a.schedule_name = %(name)s AND a.scheduled_for >= %(first)s AND a.schedule
 ORDER BY a.scheduled_for, a.attempt
 LIMIT %(limit)s
 
+-- name: attempt_recent
+-- A schedule's newest ended attempts, at most `limit`, for its plots of lag and duration.
+SELECT a.scheduled_for, a.attempt, a.started_at, a.finished_at, a.outcome
+FROM fleet.job_attempts a
+WHERE a.schedule_name = %(name)s
+ORDER BY a.scheduled_for DESC, a.attempt DESC
+LIMIT %(limit)s
+
 -- name: process_seen
 -- When each named process registered and was last seen (a row ages out only when it stops):
 -- a worker seen after it lost a lease was alive meanwhile, its late writes fenced.

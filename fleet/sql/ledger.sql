@@ -25,33 +25,19 @@ ORDER BY s.name
 -- name: run_ledger
 -- A schedule's runs in [from, until], in slot order, packed: one row per span of `step_us`
 -- microseconds from `from`, holding its runs as 16-byte records (the slot as timestamptz_send
--- gives it, microseconds since 2000-01-01 UTC, then an int8 code: attempts * 256 + kind, plus 16
--- for a run an operator made). Kinds: 1 done, 2 done after a lease ran out, 3 dead, 4 pending,
--- 5 running, skipped by 6 the catch-up, 7 max_lateness, 8 overlap, 9 an operator's discard,
--- 10 anything else (a slot the schedule's calendar excludes among them: fleet.ledger tells it by
--- the calendar). A row per run would cost the driver a step per run; a span's records are
--- unpacked at once. Each span is a range of the primary key; the attempts are looked up only for
--- a run done after more than one.
+-- gives it, microseconds since 2000-01-01 UTC, then its int8 code, fleet.ledger_code: a slot the
+-- schedule's calendar excludes is among its "anything else", and fleet.ledger tells it by the
+-- calendar). A row per run would cost the driver a step per run; a span's records are unpacked at
+-- once. Each span is a range of the primary key; the attempts are looked up only for a run done
+-- after more than one.
 SELECT (
     SELECT string_agg(
                timestamptz_send(r.scheduled_for)
-               || int8send(least(r.attempts, 16777215)::int8 * 256
-                           + CASE WHEN r.status = 'done' THEN
-                                      CASE WHEN r.attempts > 1 AND EXISTS (
-                                               SELECT 1 FROM fleet.job_attempts a
-                                               WHERE a.schedule_name = r.schedule_name
-                                                 AND a.scheduled_for = r.scheduled_for
-                                                 AND a.outcome = 'lease_expired')
-                                           THEN 2 ELSE 1 END
-                                  WHEN r.status = 'dead' THEN 3
-                                  WHEN r.status = 'pending' THEN 4
-                                  WHEN r.status = 'running' THEN 5
-                                  WHEN r.last_outcome = 'discarded' THEN 9
-                                  WHEN r.last_error LIKE 'catchup %%' THEN 6
-                                  WHEN r.last_error LIKE 'max_lateness:%%' THEN 7
-                                  WHEN r.last_error LIKE 'overlap:%%' THEN 8
-                                  ELSE 10 END
-                           + CASE WHEN r.origin = 'schedule' THEN 0 ELSE 16 END),
+               || int8send(fleet.ledger_code(r.status, r.attempts, r.last_outcome, r.last_error, r.origin,
+                                             EXISTS (SELECT 1 FROM fleet.job_attempts a
+                                                     WHERE a.schedule_name = r.schedule_name
+                                                       AND a.scheduled_for = r.scheduled_for
+                                                       AND a.outcome = 'lease_expired'))),
                ''::bytea ORDER BY r.scheduled_for)
     FROM fleet.job_runs r
     WHERE r.schedule_name = %(name)s
@@ -60,3 +46,11 @@ SELECT (
 ) AS runs
 FROM generate_series(%(from)s::timestamptz, %(until)s::timestamptz, %(step_us)s * interval '1 microsecond')
      AS b(lo)
+
+-- name: outcome_ledger
+-- The compact outcomes of a schedule's removed runs (fleet.slot_outcomes) whose batches reach into
+-- [from, until], oldest first: each a bytea of run_ledger's 16-byte records.
+SELECT o.records
+FROM fleet.slot_outcomes o
+WHERE o.schedule_name = %(name)s AND o.last_slot >= %(from)s AND o.first_slot <= %(until)s
+ORDER BY o.first_slot, o.id

@@ -383,10 +383,10 @@ batch AS (
     FOR UPDATE OF r SKIP LOCKED
 ),
 attempts AS (
-    DELETE FROM fleet.job_attempts a
-    USING batch b
-    WHERE a.schedule_name = b.schedule_name AND a.scheduled_for = b.scheduled_for
-    RETURNING 1
+    -- counted here; the trigger job_runs_deleted deletes them, after it reads them for the slot
+    -- ledger's outcomes (a run done after a lease ran out)
+    SELECT 1 FROM fleet.job_attempts a
+    JOIN batch b ON a.schedule_name = b.schedule_name AND a.scheduled_for = b.scheduled_for
 ),
 runs AS (
     DELETE FROM fleet.job_runs r

@@ -148,19 +148,22 @@ skipped AS (
 out AS (
     SELECT k.*, c.status::text AS prev_status, c.attempts AS prev_attempts, c.trace_id AS prev_trace_id,
            c.span_id AS prev_span_id, c.last_outcome AS prev_outcome, c.locked_by AS prev_worker,
-           c.locked_host AS prev_host, c.locked_pid AS prev_pid, c.started_at AS prev_started_at
-    FROM claimed k JOIN cand c ON c.schedule_name = k.schedule_name AND c.scheduled_for = k.scheduled_for
+           c.locked_host AS prev_host, c.locked_pid AS prev_pid, c.started_at AS prev_started_at,
+           greatest(c.renewed_at, c.started_at) AS prev_renewed_at
+    FROM claimed k JOIN cand c USING (schedule_name, scheduled_for)
 ),
 lost AS (
     -- The previous attempt of a reclaimed run died with its worker: record it from the row.
     -- Every column of job_attempts, in table order (schedule_name, scheduled_for, attempt, worker_id,
-    -- host, pid, started_at, finished_at, outcome, error, trace_id, span_id, traced): the list is
-    -- left out to keep the statement under psycopg's 4 kB cache limit. Traced when this worker
-    -- traces: it emits the lost attempt's span.
+    -- host, pid, started_at, finished_at, outcome, error, trace_id, span_id, traced, renewed_at):
+    -- the list is left out to keep the statement under psycopg's 4 kB cache limit. Traced when this
+    -- worker traces: it emits the lost attempt's span. It ends at this claim; its lease was last
+    -- renewed (its worker last heard from) at prev_renewed_at, the later of its claim and its last
+    -- heartbeat (a renewed_at older than its claim is an earlier attempt's).
     INSERT INTO fleet.job_attempts
     SELECT o.schedule_name, o.scheduled_for, o.prev_attempts, coalesce(o.prev_worker, '?'), o.prev_host,
            o.prev_pid, coalesce(o.prev_started_at, o.started_at), o.started_at, 'lease_expired',
-           'lease expired', o.prev_trace_id, o.prev_span_id, %(traced)b
+           'lease expired', o.prev_trace_id, o.prev_span_id, %(traced)b, o.prev_renewed_at
     FROM out o
     WHERE o.prev_status = 'running' AND o.prev_attempts > 0
     ON CONFLICT DO NOTHING
@@ -169,11 +172,12 @@ SELECT o.*, s.timeout, s.max_attempts, s.retry_base, s.retry_cap, NULL::text AS 
 FROM out o JOIN fleet.schedules s ON s.name = o.schedule_name
 UNION ALL
 SELECT k.schedule_name, k.scheduled_for, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'overlap'
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'overlap'
 FROM skipped k
 
 -- name: run_heartbeat
--- Renew the leases of a worker's runs; a run missing from the result was taken over (fenced out).
+-- Renew the leases of a worker's runs, noting when (renewed_at: should the worker die, its lost
+-- attempt keeps when it was last heard from); a run missing from the result was taken over (fenced out).
 -- Fenced on the attempt number and on the worker holding the lease: where the claim's commit was
 -- lost (a failover to an asynchronous replica, a restore to a point in time), the next claim gives
 -- the same attempt number again, to another worker, and the one whose claim was lost must not
@@ -181,7 +185,8 @@ FROM skipped k
 -- The status test is on its text so that no partial index of running rows can stand in for the
 -- primary key: the rows are found by key, one index probe each, however stale the statistics.
 UPDATE fleet.job_runs r
-SET locked_until = coalesce(%(now)b::timestamptz, now()) + make_interval(secs => %(lease_s)s)
+SET locked_until = coalesce(%(now)b::timestamptz, now()) + make_interval(secs => %(lease_s)s),
+    renewed_at = coalesce(%(now)b::timestamptz, now())
 FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(attempts)b::integer[]) AS v(name, slot, attempt)
 WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.attempts = v.attempt
   AND r.status::text = 'running' AND r.locked_by = %(worker)s
@@ -306,7 +311,8 @@ SELECT extract(epoch FROM least(
 -- the primary key from slot `after` (a run finishes after its slot, so slots past the cutoff need
 -- no look). The schedule's newest successful and newest finished runs stay, for its health. The
 -- delete repeats the conditions: a run changed meanwhile (retried) is rechecked and stays. Its
--- attempts go with it (trigger job_runs_delete_attempts). `found` = `limit`: more may be left.
+-- attempts go with it, and its outcome stays in the slot ledger (trigger job_runs_deleted).
+-- `found` = `limit`: more may be left.
 WITH keep AS (
     SELECT (SELECT r.scheduled_for FROM fleet.job_runs r
             WHERE r.schedule_name = %(name)s AND r.status = 'done'
@@ -333,6 +339,23 @@ gone AS (
 )
 SELECT (SELECT count(*) FROM gone) AS runs, (SELECT count(*) FROM batch) AS found,
        (SELECT max(b.scheduled_for) FROM batch b) AS last_slot
+
+-- name: outcome_keep_none
+-- For the rest of the transaction, runs deleted leave no outcome in the slot ledger (trigger
+-- job_runs_deleted).
+SELECT set_config('fleet.keep_outcomes', 'off', true)
+
+-- name: outcome_expire
+-- The slot ledger's retention: up to `limit` batches of outcomes whose last slot is older than the
+-- cutoff (every batch when the cutoff is NULL: the ledger keeps none).
+WITH gone AS (
+    DELETE FROM fleet.slot_outcomes o
+    WHERE o.id IN (SELECT x.id FROM fleet.slot_outcomes x
+                   WHERE %(cutoff)s::timestamptz IS NULL OR x.last_slot < %(cutoff)s::timestamptz
+                   ORDER BY x.last_slot LIMIT %(limit)s)
+    RETURNING 1
+)
+SELECT count(*) AS removed FROM gone
 
 -- name: run_confirm_ahead
 -- Runs created ahead of their time that came due while a ticker runs are confirmed: their start_by

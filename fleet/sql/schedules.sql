@@ -16,6 +16,15 @@ SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, ar
 FROM fleet.schedules
 ORDER BY name
 
+-- name: schedule_definitions_named
+-- The stored definitions of the named schedules (as schedule_definitions): what a worker compares
+-- with the schedules its application's code declares.
+SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_catchup,
+       max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, enabled,
+       timing_hash
+FROM fleet.schedules
+WHERE name = ANY(%(names)s::text[])
+
 -- name: schedule_insert
 -- New schedules, a batch at a time: %(rows)s is a JSON array of objects keyed by column.
 INSERT INTO fleet.schedules (name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,

@@ -19,6 +19,7 @@ def ticker_chores(settings: TickerSettings) -> list[Chore]:
                 settings.retention_every_s,
                 settings.retention_batch,
                 settings.ticker_id,
+                settings.ledger_retention,
             )
         )
     return found

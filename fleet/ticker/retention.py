@@ -6,9 +6,11 @@ schedules in name order and, within a schedule, its runs along the primary key, 
 `batch` runs per step; it costs about one index probe per schedule (all of a step's schedules in one
 statement) plus a statement for each schedule with runs to delete. The cutoffs are fixed when the
 pass starts (its `mark`), so a pass is exact per schedule as of then.
-The last step of a pass also removes audit rows (fleet.audit) older than their schedule's retention,
-at most `batch` of them (they are few: one per operator action). One `retention_pass` line is logged
-when a pass ends, with what it removed in all its steps.
+What a pass removes leaves each slot's outcome behind in the slot ledger (fleet.slot_outcomes), which
+the pass's last step trims to the ledger's own retention. The last step also removes audit rows
+(fleet.audit) older than their schedule's retention, at most `batch` of them (they are few: one per
+operator action). One `retention_pass` line is logged when a pass ends, with what it removed in all
+its steps.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import psycopg
 from fleet import logs
 from fleet.chores import Chore, Progress, Step
 from fleet.queries import q
+from fleet.settings import DEFAULT_LEDGER_RETENTION
 
 RETENTION_CHORE = "retention"
 # Schedules looked at in one step at most (one index probe each, and a short statement each of
@@ -31,6 +34,9 @@ RETENTION_CHORE = "retention"
 # remove, and a pass over a million schedules takes a thousand steps.
 SCHEDULES_PER_STEP = 1000
 _EARLIEST = datetime(1, 1, 1, tzinfo=UTC)
+# Batches of outcomes (each up to a step's runs of one schedule) the slot ledger drops in one pass at
+# most: a pass an hour keeps up with far more than a fleet removes in an hour.
+OUTCOME_ROWS_PER_PASS = 20_000
 
 
 @dataclass(frozen=True)
@@ -70,9 +76,11 @@ def retention_step(
     batch: int,
     ticker_id: str = "",
     schedules_per_step: int = SCHEDULES_PER_STEP,
+    ledger: timedelta | None = DEFAULT_LEDGER_RETENTION,
 ) -> Step:
-    """Delete up to `batch` expired runs, going on from where the pass stands; `more` until the
-    pass has looked at every schedule."""
+    """Delete up to `batch` expired runs, going on from where the pass stands, leaving each one's
+    outcome in the slot ledger (unless `ledger` is None); `more` until the pass has looked at every
+    schedule. The pass's last step also removes outcomes whose slot is older than `ledger`."""
     began = time.monotonic()
     start = progress.mark or progress.now
     pos = Position.load(progress.cursor)
@@ -87,6 +95,8 @@ def retention_step(
         },
     ).fetchall()
     removed = 0
+    if ledger is None:
+        conn.execute(q("outcome_keep_none"))
     for row in page:
         name = row["name"]
         if name is None:
@@ -95,7 +105,8 @@ def retention_step(
         room = batch - removed
         after = pos.slot if name == pos.schedule and pos.slot is not None else _EARLIEST
         got = conn.execute(
-            q("run_expire"), {"name": name, "cutoff": row["cutoff"], "after": after, "limit": room}
+            q("run_expire"),
+            {"name": name, "cutoff": row["cutoff"], "after": after, "limit": room},
         ).fetchone()
         assert got is not None
         removed += got["runs"]
@@ -105,6 +116,11 @@ def retention_step(
     if page[0]["schedules"] == schedules_per_step:
         here = Position(page[0]["last_name"], None, pos.runs + removed, pos.steps + 1)
         return Step(more=True, mark=start, cursor=here.dump())
+    outcomes = conn.execute(
+        q("outcome_expire"),
+        {"cutoff": None if ledger is None else start - ledger, "limit": OUTCOME_ROWS_PER_PASS},
+    ).fetchone()
+    assert outcomes is not None
     audit_rows = conn.execute(
         q("audit_expire"), {"start": start, "default": default, "limit": batch}
     ).rowcount
@@ -114,6 +130,7 @@ def retention_step(
         "retention_pass",
         ticker_id=ticker_id,
         runs=pos.runs + removed,
+        ledger_batches_removed=outcomes["removed"],
         audit_rows=audit_rows,
         steps=pos.steps + 1,
         duration_s=round(took, 3),
@@ -122,10 +139,18 @@ def retention_step(
     return Step(more=False)
 
 
-def retention_chore(default: timedelta, every_s: float, batch: int, ticker_id: str = "") -> Chore:
+def retention_chore(
+    default: timedelta,
+    every_s: float,
+    batch: int,
+    ticker_id: str = "",
+    ledger: timedelta | None = DEFAULT_LEDGER_RETENTION,
+) -> Chore:
     """The retention pass as a chore: a pass every `every_s`, `batch` runs per step at most."""
 
     def step(conn: psycopg.Connection[Any], progress: Progress) -> Step:
-        return retention_step(conn, progress, default=default, batch=batch, ticker_id=ticker_id)
+        return retention_step(
+            conn, progress, default=default, batch=batch, ticker_id=ticker_id, ledger=ledger
+        )
 
     return Chore(RETENTION_CHORE, every_s=every_s, step=step)

@@ -15,6 +15,7 @@ from psycopg_pool import PoolTimeout
 
 from fleet import command_jobs, logs, telemetry
 from fleet.db import describe, prepared_statements_broke, redact, resolve_url
+from fleet.declare import declared
 from fleet.errors import SchemaOutdated
 from fleet.jobs import Handler, is_async
 from fleet.migrate import check_schema
@@ -25,6 +26,7 @@ from fleet.settings import WorkerSettings
 from fleet.worker import spans
 from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, error_text, execute, serve_here
 from fleet.worker.claim import OVERLAP_SKIPPED, Skipped, claim_result, send_claim
+from fleet.worker.declared import declared_drift
 from fleet.worker.eventloop import EventLoop
 from fleet.worker.finish import DONE, decide, finish_result, handed_back, send_finish
 from fleet.worker.heartbeat import Heartbeat, LeaseWatch
@@ -37,6 +39,8 @@ _HANDBACK_WAIT_S = 5.0
 _GATHER_S = 0.002
 # The exit code of a worker that abandoned a handler: its supervisor restarts it.
 EXIT_ABANDONED = 3
+# The exit code of a worker whose stop was forced (a second Ctrl-C), as a program ended by SIGINT.
+EXIT_FORCED = 130
 
 
 # How long a mixed worker waits before asking again for the kind of job (sync or async) whose
@@ -134,6 +138,7 @@ class Worker:
         self.threads: list[threading.Thread] = []
         self.counts = {"done": 0, "failed": 0, "dead": 0, "fenced": 0}
         self._grace_end_mono: float | None = None
+        self.forced = False  # a second Ctrl-C: no grace period, no wait for cancelled handlers
         self._unavailable_log = logs.Throttle()  # db_unavailable: when it starts, then every 30 s
         self._error_log = logs.Throttle()  # db_error: the same, until a round succeeds
         self._erred = False
@@ -564,6 +569,7 @@ class Worker:
             self.pool.close()
             logs.event("worker_stopped", worker_id=s.worker_id, **self.counts)
             return 0
+        self._say_declared_drift()
         heartbeat = Heartbeat(self, self.pool, self.fence)
         watch = LeaseWatch(self, self.fence)
         listener = Listener(self.url, f"fleet-worker {s.worker_id} listen", self.wake)
@@ -630,6 +636,19 @@ class Worker:
                 self.stop.wait(_BORROW_S)
         return False
 
+    def _say_declared_drift(self) -> None:
+        """Once, at start: the schedules the app's code declares that the database holds otherwise
+        (they run as stored until applied). Never a reason not to serve."""
+        assert self.pool is not None
+        try:
+            with self.pool.connection(timeout=_BORROW_S) as conn:
+                drift = declared_drift(conn, declared(), self.settings.app)
+        except Exception as e:  # noqa: BLE001 - a check, never a reason to stop
+            logs.event("db_error", worker_id=self.settings.worker_id, error=describe(e))
+            return
+        if drift is not None:
+            logs.event("declared_schedules_differ", worker_id=self.settings.worker_id, **drift)
+
     def _loop(self) -> None:
         assert self.pool is not None
         while True:
@@ -662,6 +681,15 @@ class Worker:
                     self.wake.wait(_BORROW_S)
             if self._stopping_without_database():
                 return
+
+    def force(self) -> None:
+        """Stop now (a second Ctrl-C): the grace period is over, unfinished runs are handed back at
+        once and cancelled handlers are not waited for. Safe to call from any thread."""
+        self.forced = True
+        self.exit_code = EXIT_FORCED
+        self._grace_end_mono = time.monotonic()
+        self.stop.set()
+        self.wake.set()
 
     def _grace_end(self, why: str | None = None) -> float:
         """When running handlers must have finished, from the first look after a stop request."""
@@ -761,8 +789,9 @@ class Worker:
             a.cancel.set()
         self._collect()
         self._flush(conn)
-        # Give cancelled handlers a moment to stop (a command job is terminated by its thread).
-        end = time.monotonic() + _HANDBACK_WAIT_S
+        # Give cancelled handlers a moment to stop (a command job is terminated by its thread),
+        # unless the stop is forced: then the process ends at once, and them with it.
+        end = time.monotonic() + (0.0 if self.forced else _HANDBACK_WAIT_S)
         while self.inflight and time.monotonic() < end:
             self.wake.wait(_STOP_POLL_S)
             self.wake.clear()

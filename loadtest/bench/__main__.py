@@ -18,7 +18,7 @@ Sections (--only), one line each:
     verify     the slot ledger of a year of a one-minute schedule (interval and cron)
     retention  claim latency while a retention pass deletes old finished runs, and its rate
     dashboard  each page at 10,000 schedules and 5 million runs, the load of a live overview
-    peers      procrastinate and pgqueuer in drain and lag
+    peers      pgqueuer, procrastinate, graphile-worker and DBOS Transact in drain and lag (--peers)
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pathlib import Path
 from types import FrameType
 
 from fleet.embedded import embedded_url
-from loadtest.bench.config import SECTIONS, SLOW_SECTIONS, Bench, Options, options
+from loadtest.bench.config import PEERS, SECTIONS, SLOW_SECTIONS, Bench, Options, options
 from loadtest.bench.procs import ROOT
 from loadtest.bench.report import Report
 from loadtest.bench.server import Server
@@ -96,6 +96,19 @@ def parse(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
         "--claimers", default="4,16,64", help="worker process counts draining one backlog (4,16,64)"
     )
     p.add_argument("--log-dir", type=Path, help="where process logs go (default: a new temporary directory)")
+    p.add_argument(
+        "--peers",
+        default=",".join(PEERS),
+        help=f"the peers the peers section measures ({','.join(PEERS)}); graphile-worker is installed "
+        "with npm and DBOS in a virtual environment, in $FLEET_BENCH_PEERS_DIR (default "
+        "~/.cache/fleet-bench/peers)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="a peer that cannot be installed here (no Node.js, a missing package) fails the run "
+        "instead of being left out with a note",
+    )
     a = p.parse_args(argv)
     if a.only:
         sections = tuple(s.strip() for s in a.only.split(",") if s.strip())
@@ -103,9 +116,19 @@ def parse(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
             p.error(f"unknown section(s): {', '.join(sorted(unknown))}")
     else:
         sections = tuple(s for s in SECTIONS if not (a.quick and s in SLOW_SECTIONS))
-    if "peers" in sections and not peers_installed():
-        print("peers: procrastinate or pgqueuer is not installed (pip install -e '.[bench]'): skipped")
-        sections = tuple(s for s in sections if s != "peers")
+    peers = tuple(s.strip() for s in a.peers.split(",") if s.strip())
+    if unknown := set(peers) - set(PEERS):
+        p.error(f"--peers: unknown peer(s): {', '.join(sorted(unknown))}")
+    if not peers:
+        p.error("--peers: must name at least one peer")
+    if "peers" in sections and (missing := missing_packages(peers)):
+        text = f"peers: {', '.join(missing)} not installed (pip install -e '.[bench]')"
+        if a.strict:
+            p.error(f"{text}; --strict")
+        print(f"{text}: left out")
+        peers = tuple(x for x in peers if x not in missing)
+        if not peers:
+            sections = tuple(s for s in sections if s != "peers")
     if a.repeat is not None and a.repeat < 1:
         p.error("--repeat: at least 1")
     workers = counts(p, "--workers", a.workers)
@@ -132,6 +155,8 @@ def parse(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
         claimers=counts(p, "--claimers", a.claimers),
         million=sizes.get("--million"),
         million_s=sizes.get("--million-s"),
+        peers=peers,
+        strict=a.strict,
     )
     return opts, a
 
@@ -155,10 +180,12 @@ def counts(p: argparse.ArgumentParser, flag: str, text: str) -> tuple[int, ...]:
     return tuple(count(p, flag, t) for t in items)
 
 
-def peers_installed() -> bool:
+def missing_packages(peers: tuple[str, ...]) -> list[str]:
+    """The peers among `peers` whose Python packages (the bench extra) are not installed here."""
     import importlib.util
 
-    return all(importlib.util.find_spec(m) is not None for m in ("procrastinate", "pgqueuer", "asyncpg"))
+    needs = {"pgqueuer": ("pgqueuer", "asyncpg"), "procrastinate": ("procrastinate",)}
+    return [p for p in peers if any(importlib.util.find_spec(m) is None for m in needs.get(p, ()))]
 
 
 def _raise_exit(signum: int, _frame: FrameType | None) -> None:

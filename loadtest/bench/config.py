@@ -28,6 +28,8 @@ SECTIONS = (
     "dashboard",
     "peers",
 )
+# The peers, measured within the drain and the lag when "peers" is selected (--peers picks some).
+PEERS = ("pgqueuer", "procrastinate", "graphile-worker", "dbos")
 # Left out of --quick unless named with --only: they take minutes even at the quick sizes.
 SLOW_SECTIONS = ("million", "history", "peers", "sustained")
 
@@ -58,6 +60,8 @@ class Options:
     claimers: tuple[int, ...] = (4, 16, 64)  # worker processes draining one backlog (claimers)
     million: int = 1_000_000  # hourly schedules (million)
     million_s: int = 600  # seconds the ticker is measured over them (million)
+    peers: tuple[str, ...] = PEERS  # which peers the "peers" section measures
+    strict: bool = False  # a peer that cannot be installed fails the run instead of being left out
 
 
 def options(
@@ -73,6 +77,8 @@ def options(
     claimers: tuple[int, ...] = (4, 16, 64),
     million: int | None = None,
     million_s: int | None = None,
+    peers: tuple[str, ...] = PEERS,
+    strict: bool = False,
 ) -> Options:
     """Full sizes, or the --quick ones (a smoke test: one repetition, short runs)."""
     return Options(
@@ -100,6 +106,8 @@ def options(
         claimers=claimers,
         million=million if million is not None else (20_000 if quick else 1_000_000),
         million_s=million_s if million_s is not None else (60 if quick else 600),
+        peers=peers,
+        strict=strict,
     )
 
 

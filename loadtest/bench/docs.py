@@ -38,6 +38,25 @@ SECTIONS = {
     "ratio": "Ratios between figures of this run",
 }
 SOURCE = "loadtest/bench/results"
+# The peers of the summary table, by the name their figures' keys use.
+PEERS = {
+    "pgqueuer": "pgqueuer",
+    "procrastinate": "procrastinate",
+    "graphile_worker": "graphile-worker",
+    "dbos": "DBOS Transact",
+}
+# Its rows: the measure, fleet's figure, the ratio that names the peer's figure and whether the
+# ratio is fleet / peer (a rate) or peer / fleet (a time).
+PEER_ROWS = (
+    ("drain, 2 workers (runs/s)", "drain.fleet.w2", "ratio.fleet_w2_vs_{}", "fleet / peer"),
+    ("lag p50 (ms)", "lag.fleet.every_second.p50", "ratio.lag_{}_vs_fleet", "peer / fleet"),
+    (
+        "1,000 due at once, slot to the last start (s)",
+        "lag.fleet.burst.last_start",
+        "ratio.herd_{}_vs_fleet",
+        "peer / fleet",
+    ),
+)
 
 
 class BenchFileError(Exception):
@@ -104,6 +123,7 @@ def render(doc: dict[str, Any], source: str) -> str:
             "`python -m loadtest.bench --json bench.json` (about 90 minutes), then "
             "`python -m loadtest.bench.docs bench.json > docs/explanation/performance-figures.md`.",
         ]
+    out += peers_table(figures)
     order = [s for s in SECTIONS if any(f.get("section") == s for f in figures)]
     order += sorted({str(f.get("section")) for f in figures} - set(order))
     for section in order:
@@ -121,6 +141,35 @@ def render(doc: dict[str, Any], source: str) -> str:
         out += ["", "## How each figure is measured", ""]
         out += [f"- {_cell(n)}" for n in notes]
     return "\n".join(out) + "\n"
+
+
+def peers_table(figures: list[dict[str, Any]]) -> list[str]:
+    """fleet beside each peer the run measured, one row per measure, from the ratios of the run
+    (each ratio's note names the two figures it divides); nothing when no peer was measured."""
+    by_key = {str(f.get("key")): f for f in figures}
+    peers = [p for p in PEERS if any(row[2].format(p) in by_key for row in PEER_ROWS)]
+    if not peers:
+        return []
+    out = [
+        "",
+        "## Beside the peers",
+        "",
+        "Each peer at the better of the settings it was measured with (the sections below give each "
+        "setting); *fleet ahead by* is fleet ÷ the peer for the drain and the peer ÷ fleet for the times, "
+        "so above 1 fleet is ahead.",
+        "",
+        "| | fleet | " + " | ".join(f"{PEERS[p]} | fleet ahead by" for p in peers) + " |",
+        "|---|--:|" + "--:|--:|" * len(peers),
+    ]
+    for label, fleet_key, ratio_key, kind in PEER_ROWS:
+        cells = [label, fmt((by_key.get(fleet_key) or {}).get("value"))]
+        for p in peers:
+            ratio = by_key.get(ratio_key.format(p))
+            num, _, den = str((ratio or {}).get("note", "")).partition(" / ")
+            peer_key = den if kind == "fleet / peer" else num
+            cells += [fmt((by_key.get(peer_key) or {}).get("value")), fmt((ratio or {}).get("value"))]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
 
 
 def merge(doc: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:

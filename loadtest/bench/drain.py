@@ -114,11 +114,9 @@ def run(bench: Bench, report: Report) -> None:
         contenders += [FleetDrain(url, w) for w in bench.opts.workers]
         contenders += limit.interleaved(bench)
     if bench.selected("peers"):
-        # imported only here: they need the peers' packages (the bench extra)
-        from loadtest.bench import peer_pgqueuer, peer_procrastinate
+        from loadtest.bench import peers  # needs the peers' packages (the bench extra)
 
-        contenders += peer_pgqueuer.drain_contenders(bench)
-        contenders += peer_procrastinate.drain_contenders(bench)
+        contenders += peers.drain_contenders(bench, report)
     trials: dict[str, list[Trial]] = {c.key: [] for c in contenders}
     for rep in range(bench.opts.repeat):
         for c in contenders:

@@ -13,7 +13,7 @@ from fleet.schedfile import load
 from loadtest.bench import stamps
 from loadtest.bench.config import WORKER_FLAGS, Bench
 from loadtest.bench.procs import env_for, fleet_cmd
-from loadtest.bench.report import Report, percentile
+from loadtest.bench.report import Report, median, percentile
 from loadtest.bench.server import wait_until
 
 BURST = 1_000
@@ -22,10 +22,10 @@ BURST_EVERY_S = 10
 
 def fleet_lag(
     bench: Bench, suffix: str, schedules: str, workers: int, seconds: float
-) -> tuple[list[float], list[float], list[float]]:
+) -> tuple[list[float], list[float], list[tuple[float, float]]]:
     """Run a ticker and `workers` workers on `schedules` (TOML) for `seconds`; returns the lags (s) to
-    handler start and to the claim (job_runs.started_at), and the handler start times, for slots
-    after every process was ready."""
+    handler start and to the claim (job_runs.started_at), and the (slot, handler start) pairs, for
+    slots after every process was ready."""
     url = bench.server.database(suffix)
     with connect(url, "fleet-bench") as conn:
         apply_specs(conn, load(schedules), prune=False)
@@ -66,10 +66,10 @@ def fleet_lag(
             "WHERE started_at IS NOT NULL AND scheduled_for BETWEEN to_timestamp(%s) AND to_timestamp(%s)",
             (ready, last),
         ).fetchall()
-    return to_start, [r["lag"] for r in rows], [start for _, start in kept]
+    return to_start, [r["lag"] for r in rows], kept
 
 
-def _add_lags(
+def add_lags(
     report: Report, key: str, label: str, lags: Sequence[float], p50: str = "", p99: str = "", mx: str = ""
 ) -> None:
     ms = [x * 1000 for x in lags]
@@ -91,7 +91,15 @@ def _below(bound: float) -> Callable[[float], bool]:
     return lambda x: x < bound
 
 
-def _firing_interval(starts: Sequence[float]) -> float:
+def last_starts(kept: Sequence[tuple[float, float]]) -> list[float]:
+    """Per slot of `kept` (slot, handler start) pairs, seconds from the slot to its last start."""
+    last: dict[float, float] = {}
+    for slot, start in kept:
+        last[slot] = max(start, last.get(slot, start))
+    return [last[slot] - slot for slot in sorted(last)]
+
+
+def firing_interval(starts: Sequence[float]) -> float:
     """Mean time between consecutive firings of one schedule."""
     starts = sorted(starts)
     return (starts[-1] - starts[0]) / (len(starts) - 1) if len(starts) > 1 else float("nan")
@@ -101,8 +109,8 @@ def run(bench: Bench, report: Report) -> None:
     o = bench.opts
     if bench.selected("lag"):
         one = '[[schedule]]\nname = "every-second"\nevery = "1s"\njob = "bench.stamp"\n'
-        start, claim, starts = fleet_lag(bench, "lag", one, 1, o.lag_s)
-        _add_lags(report, "lag.fleet.every_second", "fleet, 1 schedule every second, slot to handler start",
+        start, claim, kept = fleet_lag(bench, "lag", one, 1, o.lag_s)
+        add_lags(report, "lag.fleet.every_second", "fleet, 1 schedule every second, slot to handler start",
                   start, p50="< 20", p99="< 50")  # fmt: skip
         report.add(
             "lag.fleet.every_second.claim_p50",
@@ -111,30 +119,27 @@ def run(bench: Bench, report: Report) -> None:
             "ms",
         )
         report.add("lag.fleet.every_second.interval", "fleet, every-second schedule: mean interval between "
-                   "firings", _firing_interval(starts), "s")  # fmt: skip
+                   "firings", firing_interval([start for _, start in kept]), "s")  # fmt: skip
         many = "".join(
             f'[[schedule]]\nname = "burst-{i:04d}"\nevery = "{BURST_EVERY_S}s"\njob = "bench.stamp"\n'
             for i in range(BURST)
         )
-        start, _, _ = fleet_lag(bench, "burst", many, 4, o.burst_s)
-        _add_lags(report, "lag.fleet.burst", f"fleet, {BURST:,} schedules due in the same second, 4 workers",
+        start, _, kept = fleet_lag(bench, "burst", many, 4, o.burst_s)
+        add_lags(report, "lag.fleet.burst", f"fleet, {BURST:,} schedules due in the same second, 4 workers",
                   start, p99="< 1000")  # fmt: skip
+        lasts = last_starts(kept)
+        report.add(
+            "lag.fleet.burst.last_start",
+            f"fleet, {BURST:,} schedules due in the same second, 4 workers: slot to the last start, "
+            f"median of {len(lasts)} bursts",
+            median(lasts) if lasts else None,
+            "s",
+            trials=lasts,
+        )
     if bench.selected("peers"):
-        from loadtest.bench import peer_pgqueuer, peer_procrastinate
+        from loadtest.bench import peers  # needs the peers' packages (the bench extra)
 
-        for name, module in (("procrastinate", peer_procrastinate), ("pgqueuer", peer_pgqueuer)):
-            lags = module.lag(bench, o.lag_s)
-            _add_lags(
-                report, f"lag.{name}.every_second", f"{name}, cron every second, slot to handler start", lags
-            )
-            report.add(
-                f"lag.{name}.every_second.interval",
-                f"{name}, every-second cron: mean interval between firings",
-                _firing_interval(
-                    [start for _, start, _ in stamps.read(bench.log_dir / f"lag-{name}.stamps")]
-                ),
-                "s",
-            )
+        peers.lag(bench, report)
     report.note(
         "lag: handler start (time.time() as the handler's first act, appended to a file) minus the slot's "
         "time; fleet: ctx.slot; procrastinate: the periodic task's timestamp; pgqueuer: the next_run handed "

@@ -7,6 +7,10 @@ import re
 from loadtest.bench.report import Report
 
 CLAIMERS_WITHIN = 0.8  # the most claimers' throughput against the best count's
+GRAPHILE_DRAIN = 1.2  # fleet's drain against graphile-worker's best, both with 2 workers
+SETTINGS = ("best", "defaults")
+# The peers measured at their best settings and at their defaults: (key, name, every).
+SET_PEERS = (("graphile_worker", "graphile-worker", "minute"), ("dbos", "DBOS Transact", "second"))
 _CLAIMERS = re.compile(r"claimers\.(direct|pgbouncer)\.w(\d+)")
 
 
@@ -32,6 +36,7 @@ def add_ratios(report: Report) -> None:
             target=">= 10",
             ok=lambda r: r >= 10.0,
         )
+    add_peer_ratios(report)
     best_fleet = _best(report, "drain.fleet.w1", "drain.fleet.w2", "drain.fleet.w4")
     leanest = _best(report, *(f"drain.fleet.w{w}.busy_us_per_run" for w in (1, 2, 4)), lowest=True)
     for script, label in (
@@ -54,6 +59,53 @@ def add_ratios(report: Report) -> None:
                 f"limit.{script}.b100.busy_us_per_run",
                 leanest,
             )
+
+
+def add_peer_ratios(report: Report) -> None:
+    """fleet against graphile-worker and DBOS, each at the better of its two settings: the drain as
+    fleet / peer, the lag and the herd as peer / fleet (so that above 1 means fleet is ahead)."""
+    for key, name, every in SET_PEERS:
+        drain = _best(report, *(f"drain.{key}.{s}" for s in SETTINGS))
+        if drain and key == "graphile_worker":
+            report.ratio(
+                f"ratio.fleet_w2_vs_{key}",
+                f"drain: fleet (2 workers) / best {name} (2 workers)",
+                "drain.fleet.w2",
+                drain,
+                target=f">= {GRAPHILE_DRAIN:g}",
+                ok=lambda r: r >= GRAPHILE_DRAIN,
+            )
+        elif drain:
+            report.ratio(
+                f"ratio.fleet_w2_vs_{key}",
+                f"drain: fleet (2 workers) / best {name} (2 workers)",
+                "drain.fleet.w2",
+                drain,
+            )
+        lag = _best(report, *(f"lag.{key}.{s}.every_{every}.p50" for s in SETTINGS), lowest=True)
+        if lag:
+            report.ratio(
+                f"ratio.lag_{key}_vs_fleet",
+                f"lag p50: best {name} (a schedule every {every}) / fleet (every second)",
+                lag,
+                "lag.fleet.every_second.p50",
+            )
+        herd = _best(report, *(f"lag.{key}.{s}.herd" for s in SETTINGS), lowest=True)
+        if herd:
+            report.ratio(
+                f"ratio.herd_{key}_vs_fleet",
+                f"1,000 due at once, slot to the last start: best {name} (2 workers) / fleet (4 workers)",
+                herd,
+                "lag.fleet.burst.last_start",
+            )
+
+    for key in ("pgqueuer", "procrastinate"):
+        report.ratio(
+            f"ratio.lag_{key}_vs_fleet",
+            f"lag p50: {key} (cron every second) / fleet (every second)",
+            f"lag.{key}.every_second.p50",
+            "lag.fleet.every_second.p50",
+        )
 
 
 def add_claimers_ratio(report: Report) -> None:

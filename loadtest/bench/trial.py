@@ -55,7 +55,7 @@ def drain_trial(
     load: Callable[[], None],
     tables: Sequence[str],
     still_open: str,
-    measure: str,
+    measure: str | Callable[[], tuple[int, float]],
     n: int,
     ready_s: float = 60.0,
 ) -> Trial:
@@ -64,7 +64,8 @@ def drain_trial(
     pgbench runs find their table; resume them (SIGCONT) all at once, wait until nothing is open,
     read RSS and CPU, stop the workers, then read the figures. `still_open` is a query returning one
     row with a boolean `open`; `measure` one with `n`, the runs done, and `s`, the seconds from the
-    first start to the last finish. The workers get `ready_s` to be ready."""
+    first start to the last finish (or a function returning both, read after the workers stopped,
+    for a peer that keeps no history). The workers get `ready_s` to be ready."""
     procs = start()
     try:
         wait_until(ready, ready_s, "the workers to be ready", procs=bench.procs, watched=procs)
@@ -101,9 +102,12 @@ def drain_trial(
         bench.procs.stop(procs)
     settle_stats()
     transactions = bench.server.transactions(url) - before - own
-    with connect(url, "fleet-bench") as conn:
-        row = conn.execute(measure).fetchone()
-    runs, seconds = (int(row["n"]), float(row["s"] or 0)) if row else (0, 0.0)
+    if callable(measure):
+        runs, seconds = measure()
+    else:
+        with connect(url, "fleet-bench") as conn:
+            row = conn.execute(measure).fetchone()
+        runs, seconds = (int(row["n"]), float(row["s"] or 0)) if row else (0, 0.0)
     if runs != n:
         raise RuntimeError(f"{runs} of {n} runs were done")
     return Trial(runs, seconds, transactions, rss, cpu, busy)

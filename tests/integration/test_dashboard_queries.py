@@ -53,6 +53,9 @@ def test_dashboard_statements_use_indexes_and_limits(big: psycopg.Connection[Any
     )
     assert "job_attempts_pkey" in attempts and "Seq Scan" not in attempts, attempts
 
+    recent = plan(big, "attempt_recent", {"name": "s7", "limit": 500})
+    assert "job_attempts_pkey" in recent and "Limit" in recent and "Seq Scan" not in recent, recent
+
     held = plan(big, "process_runs", {"ids": ["w1", "w2"], "limit": 1000})
     assert "Seq Scan on job_runs" not in held and "Limit" in held, held
 
@@ -124,3 +127,38 @@ def test_the_overview_verdicts_are_refreshed_in_the_background_while_a_page_watc
             assert len(computed) == idle
         finally:
             shared.close()
+
+
+def test_the_wait_before_each_attempt_runs_from_the_end_of_the_one_before_or_its_last_renewal(
+    conn: psycopg.Connection[Any],
+) -> None:
+    from fleet.ops.dashboard.pages import slot_page
+
+    conn.execute(
+        "INSERT INTO fleet.schedules (name, every, job, overlap, timing_hash, next_run_at) "
+        "VALUES ('s', '1 hour', 'noop', 'allow', 'x', %s)",
+        (T0,),
+    )
+    conn.execute(
+        "INSERT INTO fleet.job_runs (schedule_name, scheduled_for, job, status, attempts, run_after, started_at, "
+        "finished_at) VALUES ('s', %s, 'noop', 'done', 4, %s, %s, %s)",
+        (T0, T0, T0 + timedelta(seconds=100), T0 + timedelta(seconds=101)),
+    )
+    s = timedelta(seconds=1)
+    # 1 failed; 2 lost its lease (renewed last at +12, reclaimed at +20); 3 lost too, recorded before
+    # renewals were kept; 4 done.
+    for n, start, end, outcome, renewed in (
+        (1, 0, 1, "failed", None),
+        (2, 10, 20, "lease_expired", 12),
+        (3, 20, 70, "lease_expired", None),
+        (4, 70, 71, "done", None),
+    ):
+        conn.execute(
+            "INSERT INTO fleet.job_attempts (schedule_name, scheduled_for, attempt, worker_id, started_at, "
+            "finished_at, outcome, renewed_at) VALUES ('s', %s, %s, 'w', %s, %s, %s, %s)",
+            (T0, n, T0 + start * s, T0 + end * s, outcome, None if renewed is None else T0 + renewed * s),
+        )
+    page = slot_page(conn, "s", T0, "http://jaeger/trace/{trace_id}", "http://jaeger")
+    # the back-off after a failure; after a lost lease, from its last renewal (the lease running out
+    # and the reclaim); unknown after a lease lost before renewals were kept, not 0
+    assert [a["waited_s"] for a in page["attempt_history"]] == [None, 9.0, 8.0, None]

@@ -24,6 +24,7 @@ EXPECTED_TABLES = {
     "migrations",
     "chores",
     "schedule_stats",
+    "slot_outcomes",
 }
 EXPECTED_INDEXES = {
     "job_runs_pending",
@@ -33,6 +34,9 @@ EXPECTED_INDEXES = {
     "schedules_due",
     "chores_pkey",
     "schedule_stats_pkey",
+    "slot_outcomes_pkey",
+    "slot_outcomes_schedule",
+    "slot_outcomes_age",
 }
 
 

@@ -240,6 +240,16 @@ def test_dead_schedule_is_retried_from_its_page_and_the_page_follows(
         assert scalar(conn, "SELECT attempts FROM fleet.job_runs WHERE schedule_name = 'nightly-report'") == 2
         shot(p, "schedule-retried")
 
+        # the heartbeat's page: its coverage strip (the slot ledger) and its plots, drawn
+        p.goto(url + "schedules/heartbeat")
+        p.wait_for_selector('#coverage rect[data-outcome="once"]')
+        box = p.locator("#coverage").bounding_box()
+        assert box is not None and box["width"] > 300 and box["height"] > 10
+        assert p.locator("#coverage rect").count() == 120
+        assert p.locator("#lag-plot circle.point").count() >= 3
+        assert p.locator("#duration-plot circle.point").count() >= 3
+        shot(p, "schedule-coverage")
+
         p.goto(url + "workers")
         for wid in ("w1", "w2"):
             p.wait_for_selector(f'tr.process[data-id="{wid}"][data-kind="worker"]')
@@ -305,6 +315,54 @@ def test_a_killed_workers_lost_lease_and_the_reclaim_show_on_the_timeline(
         assert rows.locator(".no-trace").all_inner_texts() == ["not traced", "not traced"]
         shot(p, "slot")
     assert dialogs.seen == [] and dialogs.console_errors == []
+
+
+def test_the_wait_before_a_reclaiming_attempt_counts_the_lease_running_out(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # Workers with a 2 s lease (FAST); the one holding the run is killed after a heartbeat renewed it.
+    apply_text(conn, SCHEDULES)
+    with processes() as procs:
+        workers = {w: start_worker(procs, db_url, tmp_path, w, *FAST) for w in ("w1", "w2")}
+        slot = due_run(conn, "ingest-orders")
+        where = "WHERE schedule_name = 'ingest-orders' AND scheduled_for = %s"
+        holder = wait_for(
+            lambda: scalar(
+                conn, f"SELECT max(locked_by) FROM fleet.job_runs {where} AND status = 'running'", (slot,)
+            ),
+            what="a worker to claim the run",
+        )
+        wait_for(
+            lambda: scalar(conn, f"SELECT renewed_at > started_at FROM fleet.job_runs {where}", (slot,)),
+            what="a heartbeat to renew the lease",
+        )
+        workers[holder].signal(signal.SIGKILL)
+        killed = scalar(conn, "SELECT now()")
+        wait_for(
+            lambda: run_status(conn, "ingest-orders", slot) == "done", what="the reclaimed run to finish"
+        )
+        _, url = start_dashboard(procs, db_url, tmp_path, "--read-only")
+        code, html = get(url + f"schedules/ingest-orders/slots/{slot:%Y-%m-%dT%H:%M:%SZ}")
+    assert code == 200, html[:500]
+    rows = re.findall(
+        r'<tr class="attempt" data-attempt="(\d)" data-outcome="(\w+)"[^>]* data-waited-s="([^"]*)"', html
+    )
+    assert [(n, outcome) for n, outcome, _ in rows] == [("1", "lease_expired"), ("2", "done")], rows
+    assert rows[0][2] == ""  # nothing before the first attempt
+    waited = float(rows[1][2])
+    lost = conn.execute(
+        "SELECT a.renewed_at, a.started_at, a.finished_at, r.started_at AS reclaimed_at FROM fleet.job_attempts a "
+        "JOIN fleet.job_runs r USING (schedule_name, scheduled_for) WHERE a.attempt = 1"
+    ).fetchone()
+    assert lost is not None
+    # Its worker was last heard from at the lease's last renewal, before the kill; the lost attempt is
+    # recorded as ending at the reclaim, and the wait runs from that renewal to the reclaim.
+    assert lost["started_at"] < lost["renewed_at"] <= killed
+    assert lost["finished_at"] == lost["reclaimed_at"]
+    assert waited == pytest.approx((lost["reclaimed_at"] - lost["renewed_at"]).total_seconds(), abs=1e-3)
+    # A run is reclaimed once its lease (2 s from that renewal) has run out: at least the lease, and
+    # at most a heartbeat period, a poll interval and the machine's slack more.
+    assert 2.0 <= waited < 2.0 + 0.5 + 0.5 + 3.0, waited
 
 
 # -- text is text ---------------------------------------------------------------------------------

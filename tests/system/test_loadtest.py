@@ -9,9 +9,12 @@ the embedded server it leaves running for the audit test is stopped here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,7 +29,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from fleet.db import connect
-from tests.support import ROOT
+from tests.support import ROOT, wait_for
 
 
 @dataclass
@@ -184,3 +187,76 @@ def test_audit_catches_a_lost_run_a_doubled_effect_and_a_run_left_pending(finish
     shown = "\n".join(lost["examples"] + dup["examples"])
     assert all(k in shown for k in keys), shown
     assert "VERDICT: FAIL" in tampered.stdout
+
+
+# The cheapest real run: the embedded database, one schedule, one ticker and one worker, the
+# shortest window, no faults.
+TINY = [
+    "run",
+    *("--duration", "10", "--schedules", "1", "--periods", "1", "--workers", "1", "--tickers", "1"),
+    *("--concurrency", "1", "--transient", "0", "--permanent", "0", "--job-duration", "fixed:0"),
+    *("--kills", "0", "--zombies", "0", "--restarts", "0", "--ticker-kills", "0"),
+    *("--pg-restarts", "0", "--starvations", "0"),
+]
+
+
+def work_directory(output: str) -> Path:
+    m = re.search(r"^loadtest: work directory (\S+) ", output, re.MULTILINE)
+    assert m, output
+    return Path(m.group(1))
+
+
+def processes_naming(path: Path) -> list[str]:
+    """The command lines of live processes that name `path` (its database server, supervisord)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if str(path) in text:
+                found.append(text)
+    return found
+
+
+def test_a_run_without_workdir_leaves_no_work_files_behind() -> None:
+    done = loadtest(*TINY, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    workdir = work_directory(done.stdout)
+    assert not workdir.exists(), f"left behind: {workdir}"
+    assert processes_naming(workdir) == []
+    assert "removed at the end" in done.stdout
+
+
+def test_a_run_interrupted_with_ctrl_c_stops_everything_and_removes_its_work_files(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "OTEL_"))}
+    log = tmp_path / "loadtest.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadtest", *TINY], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        # Supervisord is starting: the embedded database runs and its files are in the work directory.
+        wait_for(lambda: "starting supervisord" in log.read_text(), 90, what="the fleet to start")
+        workdir = work_directory(log.read_text())
+        assert (workdir / ".fleet" / "pgdata").is_dir() and processes_naming(workdir)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(90) == 2, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    output = log.read_text()
+    assert "interrupted (SIGINT); stopping everything" in output
+    assert not workdir.exists(), f"left behind: {workdir}"
+    assert processes_naming(workdir) == []
+
+
+def test_a_run_that_cannot_run_removes_its_work_files_too() -> None:
+    # A server that refuses connections (nothing listens on loopback port 1): exit 2 after the work
+    # directory was made.
+    done = loadtest(
+        *TINY, "--database-url", "postgresql://fleet@127.0.0.1:1/fleet?connect_timeout=2", timeout=60
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "the load test could not run" in done.stderr
+    workdir = work_directory(done.stdout)
+    assert not workdir.exists(), f"left behind: {workdir}"

@@ -1,5 +1,5 @@
 """Stop signals: workers, tickers and the metrics exporter stop at once, however many signals come and
-whenever they come."""
+whenever they come; a second Ctrl-C forces a stopping worker out in time."""
 
 from __future__ import annotations
 
@@ -9,22 +9,32 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
+import psycopg
+
+from fleet.db import connect
+from fleet.worker.cli import FORCE_EXIT_S
 from tests.support import (
     FAST,
     Proc,
     env_for,
     fleetctl_cmd,
     free_port,
+    job_events,
     loading,
     log_events,
+    one_run,
     processes,
+    start_worker,
     ticker_cmd,
     wait_for,
     worker_cmd,
 )
 
 STARTED = ("worker_started", "ticker_started")
+# A forced worker is gone within FORCE_EXIT_S of the second Ctrl-C; the slack is for a loaded machine.
+FORCE_BOUND_S = FORCE_EXIT_S + 2.5
 
 
 def logged(p: Proc, *events: str) -> bool:
@@ -129,3 +139,78 @@ def test_workers_and_tickers_started_with_sigint_ignored_still_stop_on_it(
             assert running.wait(timeout=15) == 0, running.output()
             stops = [e for e in log_events(running) if e["event"] == "stop_requested"]
             assert [e["signal"] for e in stops] == ["SIGINT"], running.output()
+
+
+def stopping_then_forced(p: Proc, conn: psycopg.Connection[Any]) -> float:
+    """Ctrl-C once: the worker says how to force and goes on with its run (its grace period is long);
+    Ctrl-C again: returns how long the worker took to exit after it (asserting exit code 130)."""
+    p.signal(signal.SIGINT)
+    wait_for(functools.partial(logged, p, "stopping"), what="the worker to begin stopping")
+    (requested,) = [e for e in log_events(p) if e["event"] == "stop_requested"]
+    assert requested["message"] == "stopping, press Ctrl-C again to force"
+    assert p.popen.poll() is None  # the grace period (60 s) holds it
+    assert conn.execute("SELECT status::text AS s FROM fleet.job_runs").fetchone() == {"s": "running"}
+    p.signal(signal.SIGINT)
+    sent = time.monotonic()
+    assert p.wait(timeout=30) == 130, p.output()[-2000:]
+    took = time.monotonic() - sent
+    forced = [e for e in log_events(p) if e["event"] == "stop_forced"]
+    assert len(forced) == 1 and forced[0]["running"] == 1, p.output()[-2000:]
+    return took
+
+
+def test_a_second_ctrl_c_forces_a_stopping_worker_out_and_its_run_is_handed_back(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    # The handler ignores its cancellation for a minute, and the grace period is a minute too.
+    one_run(conn, "stubborn", "{ seconds = 60 }")
+    with processes() as procs:
+        a = start_worker(procs, db_url, tmp_path, "a", *FAST, "--grace", "60")
+        wait_for(lambda: job_events(tmp_path), what="a to start the run")
+        took = stopping_then_forced(a, conn)
+        run = conn.execute(
+            "SELECT status::text AS status, last_outcome, failures FROM fleet.job_runs"
+        ).fetchone()
+        events = [e["event"] for e in log_events(a)]
+    assert took < FORCE_BOUND_S, took
+    # Handed back at once, at no cost to the retry budget: another worker retakes it without waiting.
+    assert run == {"status": "pending", "last_outcome": "handed_back", "failures": 0}
+    assert "worker_stopped" in events
+    print(f"a second Ctrl-C: the worker exited {took:.2f}s after it, its run handed back")
+
+
+def test_a_forced_worker_that_cannot_hand_back_ends_in_time_and_its_run_is_retaken_by_lease(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    one_run(conn, "stubborn", "{ seconds = 60, later = 0 }")
+    with processes() as procs:
+        a = start_worker(procs, db_url, tmp_path, "a", *FAST, "--grace", "60")
+        wait_for(lambda: job_events(tmp_path), what="a to start the run")
+        with connect(db_url, "fleet-tests lock") as holder:
+            # The run's row locked: the hand-back (and heartbeats) wait on it, for ever.
+            holder.autocommit = False
+            holder.execute("SELECT 1 FROM fleet.job_runs FOR UPDATE")
+            took = stopping_then_forced(a, conn)
+            # Its statements still wait on the server: end them, as its death would once noticed.
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'fleet-worker a%'"
+            )
+            holder.rollback()
+        start_worker(procs, db_url, tmp_path, "b", *FAST)
+        wait_for(
+            lambda: (
+                conn.execute("SELECT status::text AS s, attempts, locked_by FROM fleet.job_runs").fetchone()
+                in (
+                    {"s": "running", "attempts": 2, "locked_by": "b"},
+                    {"s": "done", "attempts": 2, "locked_by": None},
+                )
+            ),
+            timeout=20,
+            what="b to take the run over once a's lease ran out",
+        )
+    assert took < FORCE_BOUND_S, took
+    hist = conn.execute(
+        "SELECT attempt, worker_id, outcome FROM fleet.job_attempts WHERE attempt = 1"
+    ).fetchall()
+    assert hist == [{"attempt": 1, "worker_id": "a", "outcome": "lease_expired"}]
+    print(f"a second Ctrl-C while the hand-back waits on a lock: exited {took:.2f}s after it")

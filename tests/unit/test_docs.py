@@ -92,14 +92,34 @@ def test_the_commands_reference_renders_every_command_and_flag_of_the_code() -> 
     page = (DOCS / hook.PAGE).read_text()
     assert page.count(hook.MARKER) == 1
 
+
+def test_the_committed_commands_reference_is_current() -> None:
+    """The page in the repository is the generated one: regenerating it gives the same text."""
+    hook = cli_reference()
+    page = (DOCS / hook.PAGE).read_text(encoding="utf-8")
+    assert page == hook.regenerated(page), (
+        f"docs/{hook.PAGE} is not current; regenerate it: {hook.REGENERATE}"
+    )
+    assert "## `fleet-worker`" in page and "### `fleetctl apply`" in page
+
+
+def test_a_stale_commands_reference_fails_the_site_build_naming_the_command_to_regenerate() -> None:
+    hook = cli_reference()
+    page = (DOCS / hook.PAGE).read_text(encoding="utf-8")
+
     class File:
         src_uri = hook.PAGE
 
     class Page:
         file = File()
 
-    filled = hook.on_page_markdown(page, page=Page())
-    assert hook.MARKER not in filled and "## `fleet-worker`" in filled
+    assert hook.on_page_markdown(page, page=Page()) == page
+    stale = page.replace(
+        "| `--until-idle` | exit when nothing is claimable |", "| `--until-idle` | old text |"
+    )
+    assert stale != page
+    with pytest.raises(ValueError, match="python docs/hooks/cli_reference.py --write"):
+        hook.on_page_markdown(stale, page=Page())
 
 
 def report_json(quick: bool) -> bytes:

@@ -27,6 +27,7 @@ from fleet.ops.targets import iso, parse_instant, schedule_row
 from fleet.queries import q
 
 from . import pages
+from .charts import COVERAGE_WORDS, SEVERITY
 from .config import DashboardSettings, is_loopback
 
 CSP: Final = (
@@ -127,6 +128,8 @@ class Dashboard:
             verdicts=pages.VERDICTS,
             verdict_meanings=pages.VERDICT_MEANINGS,
             shown=pages.SHOWN,
+            coverage_words=COVERAGE_WORDS,
+            coverage_keys=SEVERITY,
         )
 
     # -- entry ---------------------------------------------------------------------------------
@@ -188,9 +191,13 @@ class Dashboard:
         if parts[0] == "schedules" and len(parts) == 2:
             before = parse_instant(req.query["before"], "before") if req.query.get("before") else None
             limit = _int(req.query.get("limit"), "limit", pages.TIMELINE_SLOTS)
-            data = self._read(lambda c: pages.schedule_page(c, parts[1], before, limit))
+            data = self._read(lambda c: pages.schedule_page(c, parts[1], before, limit, full=not fragment))
             flash = self._flash_take(req.query.get("flash"))
             return self._page("schedule", fragment, data, flash=flash, before=req.query.get("before"))
+        if parts[0] == "schedules" and len(parts) == 3 and parts[2] == "ledger.json":
+            since = parse_instant(req.query["since"], "since") if req.query.get("since") else None
+            until = parse_instant(req.query["until"], "until") if req.query.get("until") else None
+            return _json(self._read(lambda c: pages.ledger_json(c, parts[1], since, until)))
         if parts[0] == "schedules" and len(parts) == 3 and parts[2] == "args.json":
             return _json(self._read(lambda c: {"args": schedule_row(c, parts[1])["args"]})["args"])
         if parts[0] == "schedules" and len(parts) == 5 and parts[2] == "slots" and parts[4] == "args.json":

@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final, Generic, TypeVar
 
 import orjson
@@ -26,7 +26,10 @@ from fleet.queries import q
 from fleet.registry import STALE_AFTER_S
 from fleet.repair import check_note, run_discard, run_retry, run_trigger, schedule_pause, schedule_resume
 from fleet.results import ScheduleHealth
+from fleet.schedule import TimingError, nominal_interval, timing_of
+from fleet.verify import verify
 
+from .charts import Coverage, coverage, plots
 from .config import trace_link
 from .timeline import Timeline, layout, run_status
 
@@ -51,6 +54,15 @@ SHOWN: Final = {
     "error": 4000,  # an attempt's error on its slot's page
 }
 SLOT_ATTEMPTS_SHOWN: Final = 100  # the newest attempts on a slot's page
+PLOTTED_ATTEMPTS: Final = 200  # the newest attempts in a schedule's plots of lag and duration
+# A schedule page's coverage strip verifies the last day, or fewer hours of a schedule that fires
+# more often than every 2 seconds (its slots, at most this many, are enumerated at each load). The
+# ledger as JSON takes a window of up to a month, as long as it holds no more than MAX_LEDGER_SLOTS.
+COVERAGE_WINDOW: Final = timedelta(days=1)
+COVERAGE_SLOTS: Final = 50_000
+MAX_LEDGER_WINDOW: Final = timedelta(days=31)
+MAX_LEDGER_SLOTS: Final = 2_000_000
+LEDGER_RANGES: Final = 500
 VERDICTS: Final = health.SEVERITY
 # What the overview shows of each verdict, in its legend.
 VERDICT_MEANINGS: Final[dict[str, str]] = {
@@ -215,10 +227,11 @@ def overview(
 
 
 def schedule_page(
-    conn: psycopg.Connection[Any], name: str, before: datetime | None, limit: int
+    conn: psycopg.Connection[Any], name: str, before: datetime | None, limit: int, *, full: bool = True
 ) -> dict[str, Any]:
-    """One schedule: its health, a page of its slots laid out as a timeline, its dead runs, and
-    the latest audit rows (who did what to it)."""
+    """One schedule: its health, a page of its slots laid out as a timeline, its dead runs, plots of
+    its recent lag and durations, the latest audit rows (who did what to it), and (`full`: not for
+    a live refresh) its coverage strip."""
     row = schedule_row(conn, name)
     (h,) = schedule_health(conn, [name])
     limit = min(max(1, limit), MAX_TIMELINE_SLOTS)
@@ -238,7 +251,12 @@ def schedule_page(
     for r in runs:
         r["shown_status"] = run_status(r)
     audit = [(a, summary(a)) for a in audit_list(conn, name, None, AUDIT_SHOWN)]
+    recent = conn.execute(q("attempt_recent"), {"name": name, "limit": PLOTTED_ATTEMPTS}).fetchall()
+    lag, took = plots(recent, row["db_now"])
     return {
+        "coverage": schedule_coverage(conn, row) if full else None,
+        "lag_plot": lag,
+        "duration_plot": took,
         "schedule": row,
         "health": h,
         "audit": audit,
@@ -252,11 +270,55 @@ def schedule_page(
     }
 
 
+def schedule_coverage(conn: psycopg.Connection[Any], row: dict[str, Any]) -> Coverage:
+    """The schedule's coverage strip: what became of its slots over its coverage window."""
+    until: datetime = row["db_now"]
+    since = until - coverage_window(row, until, COVERAGE_WINDOW, COVERAGE_SLOTS)
+    (ledger,) = verify(conn, [row["name"]], since, until, now=until, limit=LEDGER_RANGES).schedules
+    return coverage(ledger)
+
+
+def coverage_window(row: dict[str, Any], at: datetime, longest: timedelta, slots: int) -> timedelta:
+    """The longest window up to `longest` that holds about `slots` of the schedule's slots at most."""
+    try:
+        cadence = nominal_interval(timing_of(row), at)
+    except TimingError:
+        return longest
+    return min(longest, max(cadence, timedelta(seconds=1)) * slots)
+
+
+def ledger_json(
+    conn: psycopg.Connection[Any], name: str, since: datetime | None, until: datetime | None
+) -> dict[str, Any]:
+    """The schedule's slot ledger as `fleetctl verify --json` gives it, over [since, until] (by
+    default its coverage window); UsageError for a window longer than a month or holding more than
+    MAX_LEDGER_SLOTS slots (`fleetctl verify` takes those)."""
+    row = schedule_row(conn, name)
+    end = until or row["db_now"]
+    start = since or end - coverage_window(row, end, COVERAGE_WINDOW, COVERAGE_SLOTS)
+    if end - start > MAX_LEDGER_WINDOW:
+        raise UsageError(
+            f"since: a window of at most {MAX_LEDGER_WINDOW.days} days here; fleetctl verify takes longer"
+        )
+    if end - start > coverage_window(row, end, end - start, MAX_LEDGER_SLOTS):
+        raise UsageError(
+            f"since: more than {MAX_LEDGER_SLOTS:,} slots in the window here; fleetctl verify takes them"
+        )
+    result = verify(
+        conn, [name], start, end, max_window=MAX_LEDGER_WINDOW, limit=LEDGER_RANGES, labels={"since": "since"}
+    )
+    return result.to_json()
+
+
 def slot_page(
     conn: psycopg.Connection[Any], name: str, slot: datetime, trace_url: str, jaeger: str
 ) -> dict[str, Any]:
     """One slot's story: its attempts in order (the newest SLOT_ATTEMPTS_SHOWN), each with the wait
-    before it and, when its worker exported it, its trace."""
+    before it and, when its worker exported it, its trace.
+
+    The wait before an attempt runs from the end of the one before it: the back-off after a
+    failure; after a lost lease, from when that attempt's worker was last heard from (its lease's
+    last renewal), so it counts the lease running out and the reclaim."""
     h = run_history(conn, name, slot).to_json()
     # Every claim makes trace ids, but only a worker with tracing on exports a span under them:
     # a link to a trace nobody sent would only find nothing.
@@ -269,7 +331,12 @@ def slot_page(
         a["waited_s"] = (started - previous_end).total_seconds() if started and previous_end else None
         a["duration_s"] = (ended - started).total_seconds() if started and ended else None
         a["trace_link"] = trace_link(trace_url, a["trace_id"], a["span_id"]) if a["traced"] else None
-        previous_end = ended
+        renewed = a.get("renewed_at")
+        if a["outcome"] == "lease_expired":
+            # Recorded as ending at the reclaim; the run stopped being served at the last renewal.
+            previous_end = parse_instant(renewed, "renewed_at") if renewed else None
+        else:
+            previous_end = ended
     h["attempts_not_shown"] = max(0, len(h["attempt_history"]) - SLOT_ATTEMPTS_SHOWN)
     h["attempt_history"] = h["attempt_history"][-SLOT_ATTEMPTS_SHOWN:]
     h["args_json"] = orjson.dumps(h["args"]).decode()
