@@ -188,7 +188,17 @@ _FIELDS: tuple[tuple[str, str, Callable[[ScheduleSpec], Any], Callable[[Any, Any
 )
 
 
-_READ_FIELDS = tuple((name, _stored(column), get, same) for name, column, get, same in _FIELDS)
+_READ_FIELDS = tuple(
+    (name, _stored(column), get, same)
+    for name, column, get, same in _FIELDS
+    if not column.startswith("calendar.")
+)
+# The calendar's parts are compared only when the column differs: most schedules have none.
+_CALENDAR_FIELDS = tuple(
+    (name, _stored(column), get, same)
+    for name, column, get, same in _FIELDS
+    if column.startswith("calendar.")
+)
 
 
 # What a run copies from its schedule when it is created. A change to one of them (or to the timing)
@@ -205,6 +215,12 @@ def diff(old: dict[str, Any], spec: ScheduleSpec) -> list[FieldChange]:
         for name, stored, get, same in _READ_FIELDS
         if not same(stored(old), get(spec))
     ]
+    if old["calendar"] != (spec.calendar.to_json() if spec.calendar is not None else None):
+        changes += [
+            FieldChange(name, _text(stored(old)), _text(get(spec)))
+            for name, stored, get, same in _CALENDAR_FIELDS
+            if not same(stored(old), get(spec))
+        ]
     if not old["enabled"]:
         changes.append(FieldChange("enabled", "false", "true"))
     return changes
