@@ -172,9 +172,10 @@ def retrying_note(h: ScheduleHealth) -> str | None:
 
 
 def verdict_text(h: ScheduleHealth) -> str:
-    """The verdict, with PAUSED or DISABLED added when a more severe verdict hides it (``DEAD+PAUSED``),
-    and NO-WORKER naming the job no live worker serves (``NO-WORKER (job reports.nightly)``)."""
-    states = [v for v in ("PAUSED", "DISABLED") if v in h.problems and v != h.verdict]
+    """The verdict, with PAUSED, DISABLED or ENDED added when a more severe verdict hides it
+    (``DEAD+PAUSED``), and NO-WORKER naming the job no live worker serves (``NO-WORKER (job
+    reports.nightly)``)."""
+    states = [v for v in ("PAUSED", "DISABLED", "ENDED") if v in h.problems and v != h.verdict]
     text = "+".join([h.verdict, *states])
     return f"{text} (job {h.job})" if h.verdict == "NO-WORKER" and not h.job_served else text
 
