@@ -276,3 +276,26 @@ def test_the_database_says_who_and_when_and_only_the_operator_writes(
     with connect(role_urls["ticker"], "fleet-tests retention") as c:
         assert c.execute("DELETE FROM fleet.schedule_audit").rowcount == 1
     assert len(rows(conn)) == 2
+
+
+def test_apply_records_each_schedule_it_disables_and_a_plan_records_nothing(
+    capsys: Cap, db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    f = tmp_path / "s.toml"
+    f.write_text(
+        '[[schedule]]\nname = "a"\nevery = "1h"\njob = "noop"\n[[schedule]]\nname = "b"\nevery = "1h"\njob = "noop"\n'
+    )
+    assert fleetctl(capsys, db_url, "apply", str(f))[0] == 0
+    f.write_text('[[schedule]]\nname = "a"\nevery = "1h"\njob = "noop"\n')
+    before = len(rows(conn))
+    assert fleetctl(capsys, db_url, "apply", "--plan", "--prune", str(f), "--by", "ci")[0] == 0
+    assert len(rows(conn)) == before
+    assert fleetctl(capsys, db_url, "apply", "--prune", str(f), "--by", "ci", "--note", "b retired")[0] == 0
+    last = rows(conn)[-1]
+    assert (last["action"], last["schedule"], last["by_name"], last["note"], last["details"]) == (
+        "apply",
+        "b",
+        "ci",
+        "b retired",
+        {"outcome": "disable"},
+    )
