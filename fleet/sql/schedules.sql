@@ -20,8 +20,8 @@ ORDER BY name
 -- The stored definitions of the named schedules (as schedule_definitions): what a worker compares
 -- with the schedules its application's code declares.
 SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_catchup,
-       max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, enabled,
-       timing_hash
+       max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, calendar,
+       enabled, timing_hash
 FROM fleet.schedules
 WHERE name = ANY(%(names)s::text[])
 

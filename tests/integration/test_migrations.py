@@ -25,6 +25,7 @@ EXPECTED_TABLES = {
     "chores",
     "schedule_stats",
     "slot_outcomes",
+    "schedule_audit",
 }
 EXPECTED_INDEXES = {
     "job_runs_pending",
@@ -37,6 +38,9 @@ EXPECTED_INDEXES = {
     "slot_outcomes_pkey",
     "slot_outcomes_schedule",
     "slot_outcomes_age",
+    "schedule_audit_pkey",
+    "schedule_audit_schedule",
+    "schedule_audit_at",
 }
 
 
