@@ -10,6 +10,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from fleet.audit import AuditRow
     from fleet.client import Client
     from fleet.declare import Cron, Every, Retry, Schedule
     from fleet.errors import (
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 # alone, without the database driver and its settings, and fleetctl starts without what its command
 # does not use.
 _LAZY = {
+    "AuditRow": "fleet.audit",
     "Client": "fleet.client",
     **dict.fromkeys(
         (
@@ -70,6 +72,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Attempt",
+    "AuditRow",
     "Cancelled",
     "Client",
     "Collapsed",

@@ -9,6 +9,7 @@ Applies serialise among themselves on an advisory lock that tickers and workers 
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ import orjson
 import psycopg
 from psycopg.types.json import Jsonb
 
+from fleet.audit import audit_record, value_text
+from fleet.calendars import Calendar, first_open_slot
 from fleet.errors import ScheduleFileError
 from fleet.keys import APPLY_LOCK
 from fleet.queries import q
@@ -30,6 +33,7 @@ from fleet.schedule import (
     describe,
     first_slot_at_or_after,
     format_duration,
+    saturating_add,
     slots_between,
 )
 
@@ -98,6 +102,7 @@ def _params(spec: ScheduleSpec, next_run_at: datetime | None) -> dict[str, Any]:
         "deadline": spec.deadline,
         "spread": spec.spread,
         "spread_offset": spec.spread_offset(),
+        "calendar": spec.calendar.to_json() if spec.calendar is not None else None,
         "next_run_at": next_run_at,
         "timing_hash": spec.timing_hash(),
     }
@@ -127,7 +132,7 @@ def _text(value: Any) -> str:
         return _duration_text(value)
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    if isinstance(value, dict):
+    if isinstance(value, dict | list):
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
     return repr(value) if isinstance(value, str) else str(value)
 
@@ -147,6 +152,25 @@ def _same_json(a: Any, b: Any) -> bool:
 
 def _equal(a: Any, b: Any) -> bool:
     return bool(a == b)
+
+
+def _calendar_part(key: str) -> Callable[[ScheduleSpec], Any]:
+    """A part of the spec's calendar (`exclude`, `until`) as the `calendar` column stores it."""
+
+    def get(spec: ScheduleSpec) -> Any:
+        stored = spec.calendar.to_json() if spec.calendar is not None else None
+        return (stored or {}).get(key)
+
+    return get
+
+
+def _stored(column: str) -> Callable[[dict[str, Any]], Any]:
+    """How a stored definition's value of a field is read: its column, or (`calendar.exclude`,
+    `calendar.until`) a part of one."""
+    if column.startswith("calendar."):
+        key = column.removeprefix("calendar.")
+        return lambda old: (old["calendar"] or {}).get(key)
+    return operator.itemgetter(column)
 
 
 # The definition's fields: the name the schedules file gives each, its column, how the spec holds
@@ -172,6 +196,21 @@ _FIELDS: tuple[tuple[str, str, Callable[[ScheduleSpec], Any], Callable[[Any, Any
     ("retention", "retention", lambda s: s.retention, _equal),
     ("deadline", "deadline", lambda s: s.deadline, _equal),
     ("spread", "spread", lambda s: s.spread, _equal),
+    ("exclude", "calendar.exclude", _calendar_part("exclude"), _same_json),
+    ("until", "calendar.until", _calendar_part("until"), _equal),
+)
+
+
+_READ_FIELDS = tuple(
+    (name, _stored(column), get, same)
+    for name, column, get, same in _FIELDS
+    if not column.startswith("calendar.")
+)
+# The calendar's parts are compared only when the column differs: most schedules have none.
+_CALENDAR_FIELDS = tuple(
+    (name, _stored(column), get, same)
+    for name, column, get, same in _FIELDS
+    if column.startswith("calendar.")
 )
 
 
@@ -186,10 +225,16 @@ def diff(old: dict[str, Any], spec: ScheduleSpec) -> list[FieldChange]:
     """The fields in which the stored schedule `old` (a `schedule_definitions` row) and `spec`
     differ; `enabled` too, when a disabled schedule comes back."""
     changes = [
-        FieldChange(name, _text(old[column]), _text(get(spec)))
-        for name, column, get, same in _FIELDS
-        if not same(old[column], get(spec))
+        FieldChange(name, _text(stored(old)), _text(get(spec)))
+        for name, stored, get, same in _READ_FIELDS
+        if not same(stored(old), get(spec))
     ]
+    if old["calendar"] != (spec.calendar.to_json() if spec.calendar is not None else None):
+        changes += [
+            FieldChange(name, _text(stored(old)), _text(get(spec)))
+            for name, stored, get, same in _CALENDAR_FIELDS
+            if not same(stored(old), get(spec))
+        ]
     if not old["enabled"]:
         changes.append(FieldChange("enabled", "false", "true"))
     return changes
@@ -221,6 +266,8 @@ def apply_specs(
     prune: bool,
     now: datetime | None = None,
     plan: bool = False,
+    by: str | None = None,
+    note: str | None = None,
 ) -> ApplyResult:
     """Create and update fleet.schedules in one transaction (and disable the others with `prune`);
     with `plan`, only say what would be done and write nothing.
@@ -231,7 +278,8 @@ def apply_specs(
     their time are removed when the timing, job, args or overlap change (with the timing unchanged,
     next_run_at goes back to the first of them, so they are created anew with the new definition)
     and when the schedule is disabled. A schedule whose definition is unchanged is neither written
-    nor locked. Two specs of one name raise ScheduleFileError.
+    nor locked. Two specs of one name raise ScheduleFileError. What changed is recorded in audit
+    rows (`by`, `note`: the operator's), in the same transaction.
     """
     by_name = {s.name: s for s in specs}
     if len(by_name) != len(specs):
@@ -306,6 +354,7 @@ def apply_specs(
             for names, rewind in ((recreate + result.disabled, True), (replace, False)):
                 if names:
                     cur.execute(q("slot_withdraw"), {"names": names, "rewind": rewind, "now": now})
+        _audit(conn, result, by, note)
         conn.execute(q("schedule_notify"))  # running tickers pick the change up at once
     return result
 
@@ -323,14 +372,67 @@ def _never_fires(
     where = f"schedule {shown(spec.name)}"
     fieldname = "cron" if spec.timing.cron is not None else "every"
     why = ""
+    when = base.astimezone(UTC).strftime("%Y-%m-%d")
     try:
         slot = first_slot(spec.timing, base)
     except TimingError as e:
         slot, why = None, f": {str(e).removeprefix(f'{fieldname}: ')}"
     if slot is None or slot - base > FIRES_WITHIN:
-        when = base.astimezone(UTC).strftime("%Y-%m-%d")
         return f"{where}: {fieldname}: never fires in the 10 years from {when} ({describe(spec.timing)}){why}"
-    return None
+    return _calendar_silent(spec.calendar, spec.timing, base, where, when)
+
+
+def _calendar_silent(
+    cal: Calendar | None, timing: Timing, base: datetime, where: str, when: str
+) -> str | None:
+    """The problem line when the calendar lets no slot of the timing run within FIRES_WITHIN of
+    `base`. A schedule whose `until` is already past is accepted: it has ended, as it says."""
+    if cal is None or (cal.until is not None and cal.ended(base)):
+        return None
+    horizon = saturating_add(base, FIRES_WITHIN)
+    try:
+        slot = first_open_slot(timing, cal, base, horizon)
+    except TimingError:
+        return None  # the timing's own check says it
+    if slot is not None:
+        return None
+    end = cal.end()
+    if end is not None and end <= horizon:
+        return f"{where}: until: no slot runs from {when} to {cal.until.isoformat() if cal.until else ''}" + (
+            " (every one is excluded)" if cal.exclude else ""
+        )
+    return f"{where}: exclude: every slot is excluded in the 10 years from {when} ({describe(timing)})"
+
+
+# An apply that changes more schedules than this records one fleet-wide audit row with the counts,
+# not a row per schedule (a million schedules applied would otherwise write as many rows again).
+AUDIT_ROWS_PER_APPLY = 1000
+
+
+def _audit(conn: psycopg.Connection[Any], result: ApplyResult, by: str | None, note: str | None) -> None:
+    """The audit rows of an apply that changed something: one per schedule changed, with the
+    fields that changed (old and new, cut short), or one row for the whole apply when it changed
+    more than AUDIT_ROWS_PER_APPLY schedules."""
+    if not result.changes:
+        return
+    if len(result.changes) > AUDIT_ROWS_PER_APPLY:
+        counts = {
+            "created": len(result.created),
+            "updated": len(result.updated),
+            "replanned": len(result.replanned),
+            "disabled": len(result.disabled),
+        }
+        audit_record(conn, "apply", [None], [counts], by=by, note=note)
+        return
+    details: list[dict[str, Any]] = []
+    for c in result.changes:
+        d: dict[str, Any] = {"outcome": c.outcome}
+        if c.fields:
+            d["fields"] = {f.field: [value_text(f.old), value_text(f.new)] for f in c.fields}
+        elif c.spec is not None:
+            d["timing"] = value_text(c.summary)
+        details.append(d)
+    audit_record(conn, "apply", [c.name for c in result.changes], details, by=by, note=note)
 
 
 # A cron schedule's spread must be less than the shortest gap between two of its slots, as found

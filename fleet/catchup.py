@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from fleet.calendars import Calendar
 from fleet.schedfile import MAX_GRACE, CatchUp, default_grace
 from fleet.schedule import (
     DROPPED_COUNT_LIMIT,
@@ -40,6 +41,8 @@ class Plan:
     # The slots dropped without a row in favour of the first slot planned (under `latest`, and
     # under `all` past `max_catchup`): that run's window names them.
     collapsed: Collapsed | None = None
+    # The calendar's `until` is past: no slot is left to plan (next_run_at is None).
+    ended: bool = False
 
 
 def plan_slots(
@@ -54,6 +57,7 @@ def plan_slots(
     max_catchup: int | None = None,
     lookahead: timedelta = timedelta(0),
     offset: timedelta = timedelta(0),
+    calendar: Calendar | None = None,
 ) -> Plan:
     """Plan the slots in [next_run_at, now + lookahead] (`now` is the database's).
 
@@ -72,6 +76,12 @@ def plan_slots(
     `offset` is the schedule's start spread offset: its runs start that long after their slots, so
     lateness (the grace, max_lateness) counts from the slot plus the offset. Under `latest` and
     `all`, the slots dropped without a row before the first slot planned are its `collapsed`.
+    With a `calendar`, a slot the policy keeps that falls on an excluded date is recorded skipped
+    with a reason starting ``calendar:`` instead (slots it drops stay dropped: the policy works on
+    the timing's slots); slots after its `until` are neither created nor counted, and once the
+    plan reaches one the schedule has ended (`ended`, next_run_at None). An excluded slot within the
+    lookahead is recorded skipped ahead of its time like the others are created (an apply that
+    changes the calendar withdraws it, as it withdraws runs created ahead).
     """
     plan = _plan_due(
         timing,
@@ -84,6 +94,8 @@ def plan_slots(
         max_catchup=max_catchup,
         offset=offset,
     )
+    if calendar is not None and _calendar_due(plan, calendar):
+        return plan
     nxt = plan.next_run_at
     room = limit - len(plan.run) - len(plan.skipped)
     # Slots ahead only after the past is done: a catch-up cut short by the limit goes first.
@@ -94,11 +106,64 @@ def plan_slots(
             ahead, after = slots_between(timing, nxt, now + lookahead, room), None
             if ahead:
                 after = ahead[-1] + _MICROSECOND  # looked past the last of them again next tick
+        planned = bool(ahead)
+        if calendar is not None:
+            ahead, after = _calendar_ahead(ahead, after, calendar, plan)
         if ahead:
             plan.run.extend(ahead)
-            plan.next_run_at = after
             plan.ahead_grace = _grace(timing, grace, nxt)
+        if planned:
+            plan.next_run_at = after
     return plan
+
+
+def _calendar_due(plan: Plan, calendar: Calendar) -> bool:
+    """Apply the calendar to the due part of a plan; True when the schedule has ended (nothing is
+    to be planned ahead)."""
+    ended = False
+    run: list[datetime] = []
+    skipped: list[tuple[datetime, str]] = []
+    for slot in plan.run:
+        if calendar.ended(slot):
+            ended = True
+            continue
+        excluded = calendar.excluded(slot)
+        if excluded is not None:
+            skipped.append((slot, calendar.reason(excluded)))
+        else:
+            run.append(slot)
+    for slot, why in plan.skipped:
+        if calendar.ended(slot):
+            ended = True
+            continue
+        excluded = calendar.excluded(slot)
+        skipped.append((slot, calendar.reason(excluded) if excluded is not None else why))
+    plan.run = run
+    plan.skipped = sorted(skipped)
+    if ended or (plan.next_run_at is not None and calendar.ended(plan.next_run_at)):
+        plan.next_run_at, plan.ended = None, True
+    return plan.ended
+
+
+def _calendar_ahead(
+    ahead: list[datetime], after: datetime | None, calendar: Calendar, plan: Plan
+) -> tuple[list[datetime], datetime | None]:
+    """The slots to create ahead of their time: the excluded ones go to the plan's skipped, those
+    after `until` are dropped (the schedule then ends); and the next slot to plan."""
+    run: list[datetime] = []
+    for slot in ahead:
+        if calendar.ended(slot):
+            plan.ended = True
+            return run, None
+        excluded = calendar.excluded(slot)
+        if excluded is not None:
+            plan.skipped.append((slot, calendar.reason(excluded)))
+        else:
+            run.append(slot)
+    if after is not None and calendar.ended(after):
+        plan.ended = True
+        return run, None
+    return run, after
 
 
 def _grace(timing: Timing, grace: timedelta | None, at: datetime) -> timedelta:

@@ -17,8 +17,9 @@ from typing import Any
 
 import psycopg
 
-from fleet import inspect, repair
+from fleet import audit, inspect, repair
 from fleet.apply import ApplyResult, apply_specs
+from fleet.audit import AuditRow
 from fleet.db import connect, permission_denied, redact, resolve_url
 from fleet.errors import DatabaseError, DatabaseUnavailable, FleetError, RequestError, SchemaMissing
 from fleet.inspect import DEFAULT_RUNS_LIMIT
@@ -46,14 +47,25 @@ class Client:
     Use it as a context manager (or call `close()`): it owns one autocommit connection, opened at
     once (DatabaseUnavailable when that fails) and opened again on the next call after it broke.
     A Client is for one thread at a time; give each thread its own.
+
+    Every change (apply, pause, resume, trigger, retry, discard) records an audit row with the
+    database role and `by`: the call's own, else the Client's (`Client(by="alice")`).
     """
 
     # What a permission error says to grant: changes need fleet_operator, reads fleet_reader.
     needs = "fleet_operator (fleet_reader to read only)"
 
-    def __init__(self, url: str | None = None, *, application_name: str = DEFAULT_APPLICATION_NAME) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        application_name: str = DEFAULT_APPLICATION_NAME,
+        by: str | None = None,
+    ) -> None:
         """Connect to `url` (a libpq URI); None means FLEET_DATABASE_URL, else the embedded
-        server of the current directory."""
+        server of the current directory. `by` names who makes the changes, in their audit rows
+        (at most 100 characters)."""
+        self._by = audit.check_by(by)
         self._url = database_url(url)
         self._application_name = application_name
         self._closed = False
@@ -100,12 +112,24 @@ class Client:
                 raise denied from e
             raise DatabaseError(str(e).strip()) from e
 
+    def _who(self, by: str | None) -> str | None:
+        return audit.check_by(by) if by is not None else self._by
+
     # -- schedules ------------------------------------------------------------------------------
 
-    def apply(self, specs: Sequence[ScheduleSpec], prune: bool = False) -> ApplyResult:
+    def apply(
+        self,
+        specs: Sequence[ScheduleSpec],
+        prune: bool = False,
+        *,
+        by: str | None = None,
+        note: str | None = None,
+    ) -> ApplyResult:
         """Make the database's schedules match `specs` (from `fleet.schedfile.load`), all or nothing:
-        create and update them, and with `prune` disable the schedules not among them. Raises
-        SchemaMissing on a database that `fleetctl migrate` has not brought up to date."""
+        create and update them, and with `prune` disable the schedules not among them. Each
+        schedule changed gets an audit row. Raises SchemaMissing on a database that `fleetctl
+        migrate` has not brought up to date."""
+        who, note = self._who(by), audit.check_note(note, "note")
         with self._session() as conn:
             have, want = current_version(conn), latest_version()
             if have == 0:
@@ -114,22 +138,22 @@ class Client:
                 raise SchemaMissing(
                     f"the database's fleet schema is at version {have}, not {want}; run `fleetctl migrate`"
                 )
-            return apply_specs(conn, list(specs), prune=prune)
+            return apply_specs(conn, list(specs), prune=prune, by=who, note=note)
 
-    def pause(self, schedule: str, note: str | None = None) -> bool:
+    def pause(self, schedule: str, note: str | None = None, *, by: str | None = None) -> bool:
         """Stop creating slots for `schedule`; False when it was paused already. Runs already due
         or running still run; those created ahead of their time and not due yet are removed, and
         the slots that come due while it is paused are never created. `note` (at most 500
         characters) says why; `status` shows it."""
         with self._session() as conn:
-            return repair.schedule_pause(conn, schedule, note=note)
+            return repair.schedule_pause(conn, schedule, note=note, by=self._who(by))
 
-    def resume(self, schedule: str, note: str | None = None) -> datetime | None:
+    def resume(self, schedule: str, note: str | None = None, *, by: str | None = None) -> datetime | None:
         """Create slots for `schedule` again; returns its next slot, or None when it was not paused.
         The next slot is planned from now: the paused stretch is not caught up. The pause's note
         is replaced by `note` (cleared without one)."""
         with self._session() as conn:
-            return repair.schedule_resume(conn, schedule, note=note)
+            return repair.schedule_resume(conn, schedule, note=note, by=self._who(by))
 
     def status(self, schedules: Sequence[str] | None = None) -> list[ScheduleHealth]:
         """The health of the named schedules (all when None or empty), by name: the numbers and
@@ -141,37 +165,52 @@ class Client:
 
     # -- runs -----------------------------------------------------------------------------------
 
-    def trigger(self, schedule: str, args: Mapping[str, Any] | None = None) -> Triggered:
+    def trigger(
+        self,
+        schedule: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        by: str | None = None,
+        note: str | None = None,
+    ) -> Triggered:
         """Create a run of `schedule` now, as its own slot (the database's now() to the second),
         with `args` instead of the schedule's arguments when given (a JSON object). A second call
         within the same second creates nothing (`created` False). Under overlap `skip` the run
         waits for a run in progress instead of being skipped."""
         with self._session() as conn:
-            return repair.run_trigger(conn, schedule, args)
+            return repair.run_trigger(conn, schedule, args, by=self._who(by), note=note)
 
-    def retry(self, schedule: str, slot: datetime) -> list[datetime]:
+    def retry(
+        self, schedule: str, slot: datetime, *, by: str | None = None, note: str | None = None
+    ) -> list[datetime]:
         """Make the dead (or discarded) run at `slot` pending and due now, with its retry budget
         restarted and its attempts kept; returns [slot], or [] when it is pending or running already.
         RunStateError when the run is done or skipped."""
         with self._session() as conn:
-            return repair.run_retry(conn, schedule, inspect.aware(slot, "slot"))
+            return repair.run_retry(conn, schedule, inspect.aware(slot, "slot"), by=self._who(by), note=note)
 
-    def retry_dead(self, schedule: str) -> list[datetime]:
+    def retry_dead(self, schedule: str, *, by: str | None = None, note: str | None = None) -> list[datetime]:
         """Retry every dead run of `schedule`; returns their slots, oldest first ([] when none)."""
         with self._session() as conn:
-            return repair.run_retry(conn, schedule, None)
+            return repair.run_retry(conn, schedule, None, by=self._who(by), note=note)
 
-    def discard(self, schedule: str, slot: datetime) -> list[datetime]:
+    def discard(
+        self, schedule: str, slot: datetime, *, by: str | None = None, note: str | None = None
+    ) -> list[datetime]:
         """Acknowledge the dead run at `slot` so that its schedule is healthy again: it becomes
         `discarded`, keeping its error and attempts, and `retry` can still bring it back. Returns
         [slot], or [] when it was discarded already; RunStateError when it is not dead."""
         with self._session() as conn:
-            return repair.run_discard(conn, schedule, inspect.aware(slot, "slot"))
+            return repair.run_discard(
+                conn, schedule, inspect.aware(slot, "slot"), by=self._who(by), note=note
+            )
 
-    def discard_dead(self, schedule: str) -> list[datetime]:
+    def discard_dead(
+        self, schedule: str, *, by: str | None = None, note: str | None = None
+    ) -> list[datetime]:
         """Discard every dead run of `schedule`; returns their slots, oldest first ([] when none)."""
         with self._session() as conn:
-            return repair.run_discard(conn, schedule, None)
+            return repair.run_discard(conn, schedule, None, by=self._who(by), note=note)
 
     def runs(
         self, schedule: str, status: RunStatus | None = None, limit: int = DEFAULT_RUNS_LIMIT
@@ -186,6 +225,21 @@ class Client:
         UnknownRun when the schedule has no run at that slot."""
         with self._session() as conn:
             return inspect.run_history(conn, schedule, slot)
+
+    def audit(
+        self,
+        schedule: str | None = None,
+        since: datetime | None = None,
+        limit: int = audit.DEFAULT_LIMIT,
+    ) -> list[AuditRow]:
+        """Who did what, newest first: the audit rows of `schedule` (with those of applies too
+        large to record per schedule), or of every schedule, from `since` on, at most `limit`.
+        UnknownSchedule when `schedule` does not exist."""
+        since = None if since is None else inspect.aware(since, "since")
+        with self._session() as conn:
+            if schedule is not None:
+                inspect.schedules_require(conn, [schedule])
+            return audit.audit_list(conn, schedule, since, limit)
 
     # -- the slot ledger ------------------------------------------------------------------------
 

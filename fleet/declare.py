@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, TypedDict, Unpack
 
@@ -50,6 +50,8 @@ class ScheduleFields(TypedDict, total=False):
     dst_repeated: Literal["first", "last"]
     dst_missing: Literal["shift", "skip"]
     spread: Duration
+    exclude: Sequence[str | date]
+    until: str | date | datetime
 
 
 _DECLARED: list[Schedule] = []

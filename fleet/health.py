@@ -23,6 +23,7 @@ pending run. From them, from the schedule's state and from the fleet's tickers c
                      `queue` they wait for it
     PAUSED           paused by an operator (`fleetctl pause`): expected to be quiet, so not LATE
     DISABLED         no longer in the schedules file (`fleetctl apply --prune`): likewise
+    ENDED            its calendar's `until` is past: it has no slot left, as its definition says
     OK               none of the above
 
 When several hold, the verdict is the first in that order (the most actionable: BROKEN needs its
@@ -30,9 +31,9 @@ definition fixed, DEAD an operator, NO-TICKER a ticker started, NO-WORKER names 
 backlog, OVERDUE the slot that broke the schedule's promise, a backlog the cause of lateness);
 `problems` lists them all. RETRYING is the retry policy at work and counts as healthy; when the
 retries keep a schedule quiet for long, it is LATE, with RETRYING among its problems to say why.
-PAUSED and DISABLED are an operator's decision and count as healthy. The fleet-wide verdicts
-concern only schedules that expect slots: a paused or disabled schedule does not get them, and a
-fleet without such schedules has no ticker to miss.
+PAUSED and DISABLED are an operator's decision and count as healthy, and so does ENDED. The
+fleet-wide verdicts concern only schedules that expect slots: a paused, disabled or ended schedule
+does not get them, and a fleet without such schedules has no ticker to miss.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ Verdict = Literal[
     "TICKER-CRASHING",
     "RETRYING",
     "OVERDUE",
+    "ENDED",
 ]
 
 SEVERITY: Final[tuple[Verdict, ...]] = (
@@ -68,6 +70,7 @@ SEVERITY: Final[tuple[Verdict, ...]] = (
     "RETRYING",
     "PAUSED",
     "DISABLED",
+    "ENDED",
     "OK",
 )
 UNHEALTHY: Final[frozenset[Verdict]] = frozenset(
@@ -113,6 +116,8 @@ class Health:
     retrying_runs: int = 0
     # The newest slot past its deadline has no successful run.
     overdue: bool = False
+    # The calendar's `until` is past.
+    ended: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,6 +183,7 @@ def problems(h: Health) -> list[Verdict]:
             h.fleet,
             h.retrying_runs,
             h.overdue,
+            h.ended,
         )
     )
 
@@ -194,6 +200,7 @@ def problems_of(
     fleet: tuple[Verdict, ...] = (),
     retrying_runs: int = 0,
     overdue: bool = False,
+    ended: bool = False,
 ) -> tuple[Verdict, ...]:
     """`problems` of the numbers given one by one, as a tuple (for reads of many schedules)."""
     if (
@@ -205,6 +212,7 @@ def problems_of(
         and not retrying_runs
         and not paused
         and enabled
+        and not ended
         and (interval_s is None or quiet_s <= LATE_AFTER_INTERVALS * interval_s)
         and (
             interval_s is None
@@ -218,7 +226,7 @@ def problems_of(
         found.append("BROKEN")
     if dead_runs > 0:
         found.append("DEAD")
-    if fleet and enabled and not paused:
+    if fleet and enabled and not paused and not ended:
         found.extend(fleet)
     if unserved_runs > 0:
         found.append("NO-WORKER")
@@ -230,7 +238,7 @@ def problems_of(
         and oldest_pending_age_s > BACKLOG_AFTER_INTERVALS * interval_s
     ):
         found.append("BACKLOG")
-    quiet_expected = paused or not enabled
+    quiet_expected = paused or not enabled or ended
     if not quiet_expected and interval_s is not None and quiet_s > LATE_AFTER_INTERVALS * interval_s:
         found.append("LATE")
     if retrying_runs > 0:
@@ -239,6 +247,8 @@ def problems_of(
         found.append("PAUSED")
     if not enabled:
         found.append("DISABLED")
+    if ended:
+        found.append("ENDED")
     return tuple(found)
 
 
@@ -267,5 +277,5 @@ def retrying_text(slot: str, retry_at: str | None, overlap: str) -> str:
 
 
 def is_healthy(v: Verdict) -> bool:
-    """True for OK, PAUSED and DISABLED: nothing for an operator to do."""
+    """True for OK, RETRYING, PAUSED, DISABLED and ENDED: nothing for an operator to do."""
     return v not in UNHEALTHY

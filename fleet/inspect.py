@@ -269,6 +269,8 @@ def _health_read(
                 broken_at,
                 broken_error,
                 overlap,
+                calendar,
+                calendar_zone,
             ) in cur.stream(q("schedule_health"), params, size=size):
                 (running, due, waiting, oldest_due_s, ahead, unserved, retrying, retry_slot, retry_at) = (
                     open_runs.get(name, no_open)
@@ -276,6 +278,9 @@ def _health_read(
                 if interval_s is None and cron is not None:
                     interval_s = _cadence((cron, timezone, start_at, dst_repeated, dst_missing), at, known)
                 paused = paused_at is not None
+                ended = False
+                if calendar is not None:
+                    ended, quiet_s = _calendar_health(calendar, calendar_zone, at, quiet_s)
                 found = problems_of(
                     interval_s,
                     quiet_s,
@@ -288,6 +293,7 @@ def _health_read(
                     fleet_found,
                     retrying,
                     name in overdue,
+                    ended,
                 )
                 verdict = found[0] if found else "OK"
                 healthy = verdict not in unhealthy
@@ -406,6 +412,23 @@ def _deadlines(
         for row in conn.execute(q("run_deadline_missed"), {"names": names, "slots": slots}):
             overdue[row["name"]] = row["slot"]
     return deadlines, overdue
+def _calendar_health(calendar: Any, timezone: str, at: datetime, quiet_s: float) -> tuple[bool, float]:
+    """Whether a schedule's calendar has ended it at `at`, and its quiet time: not counted while an
+    exclusion keeps it quiet, nor before the latest one ended (a week excluded is not LATE)."""
+    from fleet.calendars import from_row
+
+    try:
+        cal = from_row(calendar, timezone)
+    except Exception:  # noqa: BLE001 - the ticker marks it broken; a read goes on
+        return False, quiet_s
+    if cal is None:
+        return False, quiet_s
+    end = cal.end()
+    ended = end is not None and at >= end
+    since = cal.quiet_from(at)
+    if since is not None:
+        quiet_s = max(0.0, min(quiet_s, round((at - since).total_seconds(), 3)))
+    return ended, quiet_s
 
 
 def _fleet_health(row: dict[str, Any], at: datetime) -> health.FleetHealth:

@@ -10,7 +10,7 @@ come in as a :class:`Facts`. `fleet.verify` reads them from the database; `fleet
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
@@ -47,8 +47,15 @@ OUTCOMES: Final[tuple[Outcome, ...]] = (
     "missed",
     "unexplained",
 )
-SkipPolicy = Literal["catchup", "max_lateness", "overlap", "discarded", "other"]
-SKIP_POLICIES: Final[tuple[SkipPolicy, ...]] = ("catchup", "max_lateness", "overlap", "discarded", "other")
+SkipPolicy = Literal["catchup", "max_lateness", "overlap", "calendar", "discarded", "other"]
+SKIP_POLICIES: Final[tuple[SkipPolicy, ...]] = (
+    "catchup",
+    "max_lateness",
+    "overlap",
+    "calendar",
+    "discarded",
+    "other",
+)
 MissReason = Literal["paused", "broken", "disabled", "before_created", "timing_changed", "catchup"]
 MISS_REASONS: Final[tuple[MissReason, ...]] = (
     "paused",
@@ -85,6 +92,7 @@ _SKIP_TEXT: Final[dict[SkipPolicy, str]] = {
     "catchup": "skipped by the catch-up policy",
     "max_lateness": "skipped: later than max_lateness",
     "overlap": "skipped: an earlier run was still in progress (overlap)",
+    "calendar": "skipped: a date the schedule's calendar excludes",
     "discarded": "dead, then discarded by an operator",
     "other": "skipped",
 }
@@ -131,6 +139,10 @@ class Facts:
     created_text: str = "before the schedule existed"
     planned_text: str = "not created yet"
     cutoff_text: str = "older than the retention"
+    #: whether the schedule's calendar excludes a slot (None: it has no calendar): a slot skipped
+    #: for no policy the database names (its reason starts `calendar:`) on an excluded date was
+    #: skipped by the calendar
+    excluded: Callable[[int], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +202,9 @@ class ScheduleLedger:
     entries_left_off: int
     #: Why the slots could not be enumerated (a timing that cannot be evaluated), else None.
     error: str | None = None
+    #: The end of the schedule's calendar (`until`) when it falls before the window's end: the
+    #: window is cut there (no slot after it is a slot), else None.
+    ended_at: datetime | None = None
 
     @property
     def ok(self) -> bool:
@@ -213,6 +228,7 @@ class ScheduleLedger:
             "entries": [e.to_json() for e in self.entries],
             "entries_left_off": self.entries_left_off,
             "error": self.error,
+            "ended_at": _iso(self.ended_at) if self.ended_at is not None else None,
         }
 
 
@@ -410,6 +426,8 @@ class Ledger:
             key = self._key("running", attempts)
         else:
             policy = _SKIPPED_KINDS.get(kind, "other")
+            if policy == "other" and self.facts.excluded is not None and self.facts.excluded(slot):
+                policy = "calendar"
             self.skipped[policy] += 1
             key = self._key("skipped", policy)
         self.counts[key[0]] += 1

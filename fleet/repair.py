@@ -1,7 +1,8 @@
 """An operator's repairs of schedules and runs: retry, discard, trigger, pause, resume.
 
-Each is one short statement (or one visible transaction) and idempotent: a second call changes
-nothing. Naming an unknown schedule or slot changes nothing and raises UnknownSchedule or
+Each is one short transaction and idempotent: a second call changes nothing. Each that changes
+something records an audit row in the same transaction (fleet.audit), with the operator's `by`
+and note. Naming an unknown schedule or slot changes nothing and raises UnknownSchedule or
 UnknownRun; `fleet.Client` and fleetctl's commands of the same names are built on these functions.
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from fleet.audit import MAX_NOTE_CHARS, audit_record, check_by, check_note, slots_detail
 from fleet.errors import RequestError, RunStateError, UnknownSchedule
 from fleet.inspect import aware, run_get, schedule_get
 from fleet.queries import q
@@ -29,6 +31,10 @@ def _wake_workers(conn: psycopg.Connection[Any]) -> None:
     conn.execute(q("run_notify"))
 
 
+def _iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
 def _slots(rows: Iterable[dict[str, Any]]) -> list[datetime]:
     return [r["scheduled_for"].astimezone(UTC) for r in rows]
 
@@ -37,7 +43,13 @@ def _slots(rows: Iterable[dict[str, Any]]) -> list[datetime]:
 
 
 def run_retry(
-    conn: psycopg.Connection[Any], schedule: str, slot: datetime | None, now: datetime | None = None
+    conn: psycopg.Connection[Any],
+    schedule: str,
+    slot: datetime | None,
+    now: datetime | None = None,
+    *,
+    by: str | None = None,
+    note: str | None = None,
 ) -> list[datetime]:
     """Make a dead (or discarded) run pending and due now, or with `slot` None every dead run of the
     schedule; returns the slots retried. The attempt history is kept and the retry budget starts over.
@@ -45,6 +57,7 @@ def run_retry(
     A run that is already pending or running retries nothing (a second call is a no-op); a done or
     skipped run raises RunStateError, an unknown schedule or slot UnknownSchedule or UnknownRun.
     """
+    by, note = check_by(by), check_note(note, "note")
     if slot is None:
         schedule_get(conn, schedule)
     else:
@@ -54,13 +67,22 @@ def run_retry(
             return []
         if run["status"] != "dead" and not _is_discarded(run):
             raise RunStateError(schedule, run["scheduled_for"], run["status"], "retry")
-    retried = _slots(conn.execute(q("run_retry"), {"name": schedule, "slot": slot, "now": now}))
-    if retried:
-        _wake_workers(conn)
+    with conn.transaction():
+        retried = _slots(conn.execute(q("run_retry"), {"name": schedule, "slot": slot, "now": now}))
+        if retried:
+            audit_record(conn, "retry", [schedule], [slots_detail(retried)], by=by, note=note)
+            _wake_workers(conn)
     return retried
 
 
-def run_discard(conn: psycopg.Connection[Any], schedule: str, slot: datetime | None) -> list[datetime]:
+def run_discard(
+    conn: psycopg.Connection[Any],
+    schedule: str,
+    slot: datetime | None,
+    *,
+    by: str | None = None,
+    note: str | None = None,
+) -> list[datetime]:
     """Acknowledge a dead run (or with `slot` None every dead run of the schedule) so that health is
     OK again; returns the slots discarded.
 
@@ -68,6 +90,7 @@ def run_discard(conn: psycopg.Connection[Any], schedule: str, slot: datetime | N
     may delete it; retry can bring it back). Discarding it again is a no-op; a run that is not dead
     raises RunStateError, an unknown schedule or slot UnknownSchedule or UnknownRun.
     """
+    by, note = check_by(by), check_note(note, "note")
     if slot is None:
         schedule_get(conn, schedule)
     else:
@@ -77,7 +100,11 @@ def run_discard(conn: psycopg.Connection[Any], schedule: str, slot: datetime | N
             return []
         if run["status"] != "dead":
             raise RunStateError(schedule, run["scheduled_for"], run["status"], "discard")
-    return _slots(conn.execute(q("run_discard"), {"name": schedule, "slot": slot}))
+    with conn.transaction():
+        discarded = _slots(conn.execute(q("run_discard"), {"name": schedule, "slot": slot}))
+        if discarded:
+            audit_record(conn, "discard", [schedule], [slots_detail(discarded)], by=by, note=note)
+    return discarded
 
 
 # -- trigger -------------------------------------------------------------------------------------
@@ -102,37 +129,43 @@ def run_trigger(
     schedule: str,
     args: Mapping[str, Any] | None = None,
     now: datetime | None = None,
+    *,
+    by: str | None = None,
+    note: str | None = None,
 ) -> Triggered:
     """Create a run now, as its own slot (the database's now() to the second, origin 'trigger'),
     with `args` instead of the schedule's when given. Within the same second a second call creates
     nothing (and its `args` are not used)."""
     text = trigger_args(args)
+    by, note = check_by(by), check_note(note, "note")
     schedule_get(conn, schedule)
-    row = conn.execute(q("run_trigger"), {"name": schedule, "now": now, "args": text}).fetchone()
-    assert row is not None
-    if row["created"]:
-        _wake_workers(conn)
+    with conn.transaction():
+        row = conn.execute(q("run_trigger"), {"name": schedule, "now": now, "args": text}).fetchone()
+        assert row is not None
+        if row["created"]:
+            detail: dict[str, Any] = {"slot": _iso(row["slot"])}
+            if text is not None:
+                detail["args"] = "given"  # the arguments themselves stay in the run
+            audit_record(conn, "trigger", [schedule], [detail], by=by, note=note)
+            _wake_workers(conn)
     return Triggered(schedule=schedule, slot=row["slot"].astimezone(UTC), created=bool(row["created"]))
 
 
 # -- pause, resume -------------------------------------------------------------------------------
 
 
-# An operator's note on a pause or resume is one short line for people, shown by `status`.
-MAX_NOTE_CHARS = 500
-
-
-def check_note(note: str | None, field: str = "--note") -> str | None:
-    """The note stripped (None when empty); RequestError naming `field` when it is too long."""
-    if note is None or not note.strip():
-        return None
-    if len(note) > MAX_NOTE_CHARS:
-        raise RequestError(f"{field}: at most {MAX_NOTE_CHARS} characters, got {len(note)}")
-    return note.strip()
+# An operator's note on a pause or resume is one short line for people, shown by `status`
+# (MAX_NOTE_CHARS, check_note: fleet.audit's, the same note is the audit row's).
+__all__ = ["MAX_NOTE_CHARS", "check_note"]
 
 
 def schedule_pause(
-    conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None, note: str | None = None
+    conn: psycopg.Connection[Any],
+    schedule: str,
+    now: datetime | None = None,
+    note: str | None = None,
+    *,
+    by: str | None = None,
 ) -> bool:
     """Stop creating slots for the schedule; False when it was paused already.
 
@@ -141,7 +174,7 @@ def schedule_pause(
     starts while it is paused. The note (why) replaces an earlier one; pausing anew without a note
     keeps it.
     """
-    note = check_note(note)
+    note, by = check_note(note), check_by(by)
     schedule_get(conn, schedule)
     with conn.transaction():
         # The pause locks the schedule's row first (waiting for a ticker creating its slots), then
@@ -150,18 +183,26 @@ def schedule_pause(
         conn.execute(q("slot_withdraw"), {"names": [schedule], "rewind": True, "now": now})
         if paused or note is not None:
             conn.execute(q("schedule_note"), {"name": schedule, "note": note})
+            audit_record(
+                conn, "pause", [schedule], [{"outcome": "paused" if paused else "note"}], by=by, note=note
+            )
     return paused
 
 
 def schedule_resume(
-    conn: psycopg.Connection[Any], schedule: str, now: datetime | None = None, note: str | None = None
+    conn: psycopg.Connection[Any],
+    schedule: str,
+    now: datetime | None = None,
+    note: str | None = None,
+    *,
+    by: str | None = None,
 ) -> datetime | None:
     """Create slots again from now on; returns the next slot, or None when it was not paused.
 
     The next slot is planned from the database's now(), so the paused stretch is not caught up
     however long it was. The pause's note is replaced by `note` (cleared without one).
     """
-    note = check_note(note)
+    note, by = check_note(note), check_by(by)
     with conn.transaction():
         row = conn.execute(q("schedule_lock"), {"name": schedule, "now": now}).fetchone()
         if row is None:
@@ -177,5 +218,6 @@ def schedule_resume(
             nxt = row["db_now"]
         conn.execute(q("schedule_resume"), {"name": schedule, "next_run_at": nxt, "now": now})
         conn.execute(q("schedule_note"), {"name": schedule, "note": note})
+        audit_record(conn, "resume", [schedule], [{"next_slot": _iso(nxt)}], by=by, note=note)
         conn.execute(q("schedule_notify"))  # tickers re-read their next wake-up at once
     return None if nxt is None else aware(nxt, "next slot")

@@ -45,7 +45,7 @@ class ScheduleHealth:
     #: The schedule's name.
     name: str
     #: The most severe condition that holds (BROKEN, DEAD, NO-TICKER, TICKER-CRASHING, NO-WORKER,
-    #: OVERDUE, BACKLOG, LATE, RETRYING, PAUSED, DISABLED), else OK.
+    #: OVERDUE, BACKLOG, LATE, RETRYING, PAUSED, DISABLED, ENDED), else OK.
     verdict: Verdict
     #: False for BROKEN, DEAD, NO-TICKER, TICKER-CRASHING, NO-WORKER, OVERDUE, BACKLOG and LATE:
     #: something for an operator to do.

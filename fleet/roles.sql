@@ -15,7 +15,8 @@
 --                   (job_runs_worker_rules); may set a schedule's overlap gate only to an open run
 --                   of that schedule; cannot change a schedule's definition, a run's job, args or
 --                   key, nor a finished run
---   fleet_operator  applies schedules and repairs runs (retry, discard, trigger, backfill, prune)
+--   fleet_operator  applies schedules and repairs runs (retry, discard, trigger, backfill, prune),
+--                   each recorded in the audit rows, which it can add but never change
 --   fleet_reader    reads everything: status, runs, show, metrics, the dashboard
 
 DO $$
@@ -59,6 +60,10 @@ GRANT INSERT, UPDATE, DELETE ON fleet.schedules, fleet.schedule_gates, fleet.job
     TO fleet_operator;
 GRANT UPDATE (dirty) ON fleet.schedule_stats TO fleet_operator;
 GRANT DELETE ON fleet.processes TO fleet_operator;
+-- The audit rows: an operator adds them (`at` and `role` are the database's, never written), nobody
+-- changes one, and only the tickers' retention removes them.
+GRANT INSERT (by_name, action, schedule, note, details) ON fleet.schedule_audit TO fleet_operator;
+GRANT DELETE ON fleet.schedule_audit TO fleet_ticker;
 
 -- Row-level rules where a column grant cannot say enough. The owner (and a superuser) bypasses them,
 -- so a fleet run as the owner pays nothing for these policies (and one test per changed row for the
@@ -341,3 +346,15 @@ CREATE OR REPLACE TRIGGER schedules_ticker_rules AFTER UPDATE ON fleet.schedules
         AND NEW.cadence_until IS NOT DISTINCT FROM OLD.cadence_until
     ) IS NOT TRUE)
     EXECUTE FUNCTION fleet.schedules_ticker_rules();
+
+-- The audit rows: every role reads them, an operator adds them, and a ticker's retention removes
+-- only rows older than the shortest retention a schedule may have (1 hour): none an operator just
+-- wrote.
+ALTER TABLE fleet.schedule_audit ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS fleet_read ON fleet.schedule_audit;
+CREATE POLICY fleet_read ON fleet.schedule_audit FOR SELECT USING (true);
+DROP POLICY IF EXISTS fleet_operator_add ON fleet.schedule_audit;
+CREATE POLICY fleet_operator_add ON fleet.schedule_audit FOR INSERT TO fleet_operator WITH CHECK (true);
+DROP POLICY IF EXISTS fleet_ticker_retention ON fleet.schedule_audit;
+CREATE POLICY fleet_ticker_retention ON fleet.schedule_audit FOR DELETE TO fleet_ticker
+    USING (at < now() - interval '1 hour');

@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 import orjson
 
+from fleet import calendars
+from fleet.calendars import Calendar
 from fleet.errors import ScheduleFileError
 from fleet.schedule import Timing, TimingError, parse_duration, validate_timing, zone
 
@@ -73,6 +75,8 @@ _KEYS = {
     "dst_repeated",
     "dst_missing",
     "spread",
+    "exclude",
+    "until",
 }
 _RETRY_KEYS = {"max_attempts", "base", "cap"}
 
@@ -102,11 +106,12 @@ class ScheduleSpec:
     def spread_offset(self) -> timedelta:
         """How long after its slot each run of this schedule becomes claimable (`spread_offset`)."""
         return spread_offset(self.name, self.spread)
+    calendar: Calendar | None = None  # exclude and until (fleet.calendars)
 
     def timing_hash(self) -> str:
         """Changes exactly when the slot times change (so apply re-plans the next slot)."""
         t = self.timing
-        key = [
+        key: list[Any] = [
             t.every.total_seconds() if t.every else None,
             t.cron,
             t.timezone,
@@ -114,6 +119,8 @@ class ScheduleSpec:
             t.dst_repeated,
             t.dst_missing,
         ]
+        if self.calendar is not None:  # left out without one: the hashes stored before it stay
+            key.append(self.calendar.to_json())
         return hashlib.sha256(orjson.dumps(key)).hexdigest()[:16]
 
 
@@ -377,6 +384,9 @@ def parse_entry(
             tz_ok = False
 
     start_at = _start_at(entry.get("start_at"), tz if tz_ok else "UTC", bad)
+    calendar = calendars.parse(entry.get("exclude"), entry.get("until"), tz if tz_ok else "UTC", bad)
+    if calendar is not None and start_at is not None and calendar.ended(start_at):
+        bad("until", f"{calendar.until.isoformat() if calendar.until else ''} is before start_at")
 
     every: timedelta | None = None
     cron = entry.get("cron")
@@ -471,6 +481,7 @@ def parse_entry(
             retention=retention,
             deadline=deadline,
             spread=spread,
+            calendar=calendar,
         ),
         [],
     )

@@ -19,6 +19,7 @@ from typing import Any, Final
 import psycopg
 from psycopg.rows import tuple_row
 
+from fleet.calendars import from_row
 from fleet.errors import RequestError, UnknownSchedule
 from fleet.ledger import FAR, Facts, Ledger, ScheduleLedger, Verification, instant, micros
 from fleet.queries import q
@@ -125,11 +126,26 @@ def schedule_ledger(
     retention: timedelta | None,
     limit: int,
 ) -> ScheduleLedger:
-    """One schedule's ledger over [since, until] (`schedule` is its schedule_ledger row)."""
+    """One schedule's ledger over [since, until] (`schedule` is its schedule_ledger row). A
+    calendar's `until` cuts the window: its schedule has no slot after it. An excluded slot has
+    the ticker's skipped run (reason ``calendar: ...``); the calendar tells it from the other
+    skipped runs the database cannot name."""
     timing = timing_of(schedule)
     start = max(since, schedule["start_at"] or schedule["created_at"])
     name = schedule["name"]
-    ledger = Ledger(facts(schedule, timing, now, retention), limit)
+    known = facts(schedule, timing, now, retention)
+    ended_at = None
+    try:
+        cal = from_row(schedule["calendar"], schedule["timezone"])
+    except TimingError as e:
+        empty = Ledger(known, limit).result(name, describe(timing), start, until)
+        return replace(empty, error=str(e))
+    if cal is not None and cal.exclude:
+        known = replace(known, excluded=lambda us: cal.excluded(instant(us)) is not None)
+    ledger = Ledger(known, limit)
+    end = cal.end() if cal is not None else None
+    if end is not None and end <= until:
+        until, ended_at = end - _MICROSECOND, end
     if start <= until:
         runs = run_chunks(conn, name, timing, start, until)
         try:
@@ -137,10 +153,10 @@ def schedule_ledger(
         except TimingError as e:
             # no slot of it can be told: the schedule's ledger is its error
             empty = Ledger(ledger.facts, limit).result(name, describe(timing), start, until)
-            return replace(empty, error=str(e))
+            return replace(empty, error=str(e), ended_at=ended_at)
         finally:
             runs.close()  # its cursor, when the merge stopped early
-    return ledger.result(name, describe(timing), start, until)
+    return replace(ledger.result(name, describe(timing), start, until), ended_at=ended_at)
 
 
 def facts(schedule: dict[str, Any], timing: Timing, now: datetime, retention: timedelta | None) -> Facts:

@@ -48,6 +48,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_apply(args: argparse.Namespace) -> int:
     from fleet.alert_routes import apply_routes, gather_all
     from fleet.apply import apply_specs
+    from fleet.audit import check_by, check_note
     from fleet.declare import declared
     from fleet.ops.apply_report import print_plan, print_result, print_routes, warn_unserved
 
@@ -67,10 +68,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-args-bytes: between 1 and {MAX_ARGS_LIMIT:,}")
     # The alert routes come from the files (none from code); with no file, those stored stay.
     specs, routes = gather_all(files, in_code, args.max_args_bytes)
+    by, note = check_by(args.by, "--by"), check_note(args.note, "--note")
     with db(args) as conn:
         require_schema(conn)
         with conn.transaction():  # schedules and routes: all or nothing
-            r = apply_specs(conn, specs, prune=args.prune, plan=args.plan)
+            r = apply_specs(conn, specs, prune=args.prune, plan=args.plan, by=by, note=note)
             routed = (
                 apply_routes(conn, routes, prune=args.prune, plan=args.plan) if routes is not None else None
             )
@@ -118,6 +120,7 @@ COMMAND_MODULES = (
     "fleet.ops.inspect",
     "fleet.ops.repair",
     "fleet.ops.verify",
+    "fleet.ops.audit",
     "fleet.ops.metrics",
     "fleet.ops.supervise",
     "fleet.ops.dashboard.command",
@@ -131,6 +134,7 @@ COMMAND_MODULE = {
         ("trigger", "backfill", "pause", "resume", "retry", "discard", "prune"), "fleet.ops.repair"
     ),
     "verify": "fleet.ops.verify",
+    "audit": "fleet.ops.audit",
     "metrics": "fleet.ops.metrics",
     **dict.fromkeys(("up", "down", "scale", "supervisor-config", "exec-env"), "fleet.ops.supervise"),
     "dashboard": "fleet.ops.dashboard.command",
@@ -235,6 +239,13 @@ def add_apply(sub: Any) -> Command:
     ap.add_argument(
         "--plan", action="store_true", help="print what would change, field by field; write nothing"
     )
+    ap.add_argument(
+        "--by",
+        metavar="NAME",
+        help="who applies, recorded with the database role in an audit row per schedule changed "
+        "(`fleetctl audit`; at most 100 characters)",
+    )
+    ap.add_argument("--note", metavar="TEXT", help="why, recorded in the audit rows (at most 500 characters)")
     return cmd_apply
 
 
@@ -243,7 +254,18 @@ NEEDS = {
     "migrate": "ownership of the schema (run migrate as its owner)",
     **{
         c: "fleet_reader"
-        for c in ("status", "runs", "show", "dead", "trace", "workers", "verify", "metrics", "dashboard")
+        for c in (
+            "status",
+            "runs",
+            "show",
+            "dead",
+            "trace",
+            "workers",
+            "verify",
+            "audit",
+            "metrics",
+            "dashboard",
+        )
     },
     "alert": "fleet_alert",
 }

@@ -181,9 +181,10 @@ def overdue_note(h: ScheduleHealth) -> str | None:
 
 
 def verdict_text(h: ScheduleHealth) -> str:
-    """The verdict, with PAUSED or DISABLED added when a more severe verdict hides it (``DEAD+PAUSED``),
-    and NO-WORKER naming the job no live worker serves (``NO-WORKER (job reports.nightly)``)."""
-    states = [v for v in ("PAUSED", "DISABLED") if v in h.problems and v != h.verdict]
+    """The verdict, with PAUSED, DISABLED or ENDED added when a more severe verdict hides it
+    (``DEAD+PAUSED``), and NO-WORKER naming the job no live worker serves (``NO-WORKER (job
+    reports.nightly)``)."""
+    states = [v for v in ("PAUSED", "DISABLED", "ENDED") if v in h.problems and v != h.verdict]
     text = "+".join([h.verdict, *states])
     return f"{text} (job {h.job})" if h.verdict == "NO-WORKER" and not h.job_served else text
 
@@ -596,8 +597,9 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
             "LATE (no success for more than two intervals of the schedule's own cadence), RETRYING (a run "
             "waits to retry after a failed attempt; NOTE names it and says whether later slots are "
             "skipped meanwhile), "
-            "PAUSED, DISABLED or OK. NO-TICKER and TICKER-CRASHING concern the enabled, unpaused "
-            "schedules. Exit code: 0 all healthy (OK, RETRYING, PAUSED, DISABLED), 1 any unhealthy, "
+            "PAUSED, DISABLED, ENDED (past its calendar's until) or OK. NO-TICKER and TICKER-CRASHING "
+            "concern the enabled, unpaused schedules. Exit code: 0 all healthy (OK, RETRYING, PAUSED, "
+            "DISABLED, ENDED), 1 any unhealthy, "
             "2 bad input such as an unknown schedule."
         ),
     )

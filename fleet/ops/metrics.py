@@ -283,7 +283,10 @@ class FleetCollector:
             return _family(name, "gauge", doc, self._samples(name, values, write))
 
         yield from gauge(
-            "fleet_schedule_healthy", "1 when the verdict is OK, PAUSED or DISABLED", "healthy", bool
+            "fleet_schedule_healthy",
+            "1 when the verdict is healthy: OK, RETRYING, PAUSED, DISABLED or ENDED",
+            "healthy",
+            bool,
         )
 
         def verdicts(lo: int, hi: int) -> str:

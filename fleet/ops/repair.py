@@ -3,7 +3,8 @@
 Each repair is one short statement (or one visible transaction) and is idempotent: running it twice
 changes nothing the second time. Naming an unknown schedule or slot changes nothing and exits 2 with
 a one-line message naming it. Retry, discard, trigger, pause and resume go through `fleet.Client`
-(`fleet.repair`), so an application that makes them through the client takes the same path.
+(`fleet.repair`), so an application that makes them through the client takes the same path. Each
+but prune records an audit row of what it changed (`--by`, `--note`: fleet.audit).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import orjson
 import psycopg
 
+from fleet.audit import audit_record, check_by, check_note, slots_detail
 from fleet.client import Client
 from fleet.errors import RequestError, UsageError
 from fleet.ops.connection import client, db
@@ -51,9 +53,17 @@ class BackfillResult:
 
 
 def slot_backfill(
-    conn: psycopg.Connection[Any], schedule: str, start: datetime, end: datetime, now: datetime | None = None
+    conn: psycopg.Connection[Any],
+    schedule: str,
+    start: datetime,
+    end: datetime,
+    now: datetime | None = None,
+    *,
+    by: str | None = None,
+    note: str | None = None,
 ) -> BackfillResult:
-    """Create the schedule's slots in [start, end] that have no run yet (origin 'backfill', due now).
+    """Create the schedule's slots in [start, end] that have no run yet (origin 'backfill', due now),
+    with an audit row of them.
 
     The range must lie between 1970 and now and hold at most MAX_BACKFILL_SLOTS slots; a second
     call creates nothing new.
@@ -74,12 +84,15 @@ def slot_backfill(
             f"{schedule} has more than {MAX_BACKFILL_SLOTS} slots from {iso(start)} to {iso(end)}: "
             "narrow the range"
         )
-    created = [
-        r["scheduled_for"]
-        for r in conn.execute(q("slot_backfill"), {"name": schedule, "slots": slots, "now": now})
-    ]
-    if created:
-        _wake_workers(conn)
+    with conn.transaction():
+        created = [
+            r["scheduled_for"]
+            for r in conn.execute(q("slot_backfill"), {"name": schedule, "slots": slots, "now": now})
+        ]
+        if created:
+            detail = {**slots_detail(sorted(created)), "from": iso(start), "to": iso(end)}
+            audit_record(conn, "backfill", [schedule], [detail], by=by, note=note)
+            _wake_workers(conn)
     return BackfillResult(created=sorted(created), existing=len(slots) - len(created))
 
 
@@ -189,17 +202,30 @@ def _slots(slots: list[datetime]) -> str:
     return shown + (f" and {len(slots) - 5} more" if len(slots) > 5 else "")
 
 
-def _retry(c: Client, schedule: str, slot: datetime | None) -> list[datetime]:
-    return c.retry_dead(schedule) if slot is None else c.retry(schedule, slot)
+def _who(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """--by and --note, checked (exit 2 naming the flag): who says they act, and why."""
+    return check_by(args.by, "--by"), check_note(args.note, "--note")
 
 
-def _discard(c: Client, schedule: str, slot: datetime | None) -> list[datetime]:
-    return c.discard_dead(schedule) if slot is None else c.discard(schedule, slot)
+def _retry(
+    c: Client, schedule: str, slot: datetime | None, by: str | None, note: str | None
+) -> list[datetime]:
+    if slot is None:
+        return c.retry_dead(schedule, by=by, note=note)
+    return c.retry(schedule, slot, by=by, note=note)
+
+
+def _discard(
+    c: Client, schedule: str, slot: datetime | None, by: str | None, note: str | None
+) -> list[datetime]:
+    if slot is None:
+        return c.discard_dead(schedule, by=by, note=note)
+    return c.discard(schedule, slot, by=by, note=note)
 
 
 def _on_dead_runs(
     args: argparse.Namespace,
-    action: Callable[[Client, str, datetime | None], list[datetime]],
+    action: Callable[[Client, str, datetime | None, str | None, str | None], list[datetime]],
     done: str,
     already: str,
     verb: str,
@@ -208,8 +234,9 @@ def _on_dead_runs(
     if args.all_dead == (args.slot is not None):
         raise UsageError("give either SLOT or --all-dead")
     slot = parse_instant(args.slot, "SLOT") if args.slot is not None else None
+    by, note = _who(args)
     with client(args) as c:
-        changed = action(c, args.schedule, slot)
+        changed = action(c, args.schedule, slot, by, note)
     if changed:
         print(f"{done.format(n=len(changed))} of {args.schedule}: {_slots(changed)}")
     elif slot is not None:
@@ -249,8 +276,9 @@ def _job_args(text: str | None) -> dict[str, Any] | None:
 
 def cmd_trigger(args: argparse.Namespace) -> int:
     job_args = _job_args(args.args)
+    by, note = _who(args)
     with client(args) as c:
-        t = c.trigger(args.schedule, job_args)
+        t = c.trigger(args.schedule, job_args, by=by, note=note)
     slot, created = t.slot, t.created
     if created:
         print(f"triggered {args.schedule} @ {iso(slot)}")
@@ -260,23 +288,26 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
+    by, note = _who(args)
     with client(args) as c:
-        paused = c.pause(args.schedule, note=args.note)
+        paused = c.pause(args.schedule, note=note, by=by)
     print(f"paused {args.schedule}" if paused else f"{args.schedule} is paused already")
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    by, note = _who(args)
     with client(args) as c:
-        nxt = c.resume(args.schedule, note=args.note)
+        nxt = c.resume(args.schedule, note=note, by=by)
     print(f"resumed {args.schedule}: next slot {iso(nxt)}" if nxt else f"{args.schedule} is not paused")
     return 0
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     start, end = parse_instant(args.start, "--from"), parse_instant(args.end, "--to")
+    by, note = _who(args)
     with db(args) as conn:
-        r = slot_backfill(conn, args.schedule, start, end)
+        r = slot_backfill(conn, args.schedule, start, end, by=by, note=note)
     if r.created:
         print(f"backfilled {len(r.created)} slot(s) of {args.schedule}: {_slots(r.created)}")
     if r.existing:
@@ -317,6 +348,20 @@ def prune_summary(r: PruneResult, *, dry_run: bool, elapsed_s: float) -> str:
     return f"pruned {what} in {r.batches} batch(es), {elapsed_s:.1f}s" + (f": {kinds}" if kinds else "")
 
 
+def add_who(p: argparse.ArgumentParser, note: bool = True) -> None:
+    """--by (and --note): what the command's audit row says of who acted and why."""
+    p.add_argument(
+        "--by",
+        metavar="NAME",
+        help="who acts, recorded with the database role in the audit row (`fleetctl audit`; at most "
+        "100 characters)",
+    )
+    if note:
+        p.add_argument(
+            "--note", metavar="TEXT", help="why, recorded in the audit row (at most 500 characters)"
+        )
+
+
 def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     slot_help = "the slot, ISO-8601 (e.g. 2026-11-02T10:00:00Z; no offset: UTC)"
     p = sub.add_parser(
@@ -326,6 +371,7 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("schedule", metavar="SCHEDULE")
     p.add_argument("slot", metavar="SLOT", nargs="?", help=slot_help)
     p.add_argument("--all-dead", action="store_true", help="every dead run of the schedule")
+    add_who(p)
 
     p = sub.add_parser(
         "discard",
@@ -336,6 +382,7 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("schedule", metavar="SCHEDULE")
     p.add_argument("slot", metavar="SLOT", nargs="?", help=slot_help)
     p.add_argument("--all-dead", action="store_true", help="every dead run of the schedule")
+    add_who(p)
 
     p = sub.add_parser(
         "trigger",
@@ -350,6 +397,7 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         help="a JSON object of at most 64 KiB: the job's arguments for this run, not the schedule's "
         "(readable by every fleet role: no place for a secret)",
     )
+    add_who(p)
 
     p = sub.add_parser(
         "pause",
@@ -362,6 +410,7 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument(
         "--note", metavar="TEXT", help="why, shown by `fleetctl status` (replaces an earlier note)"
     )
+    add_who(p, note=False)
     p = sub.add_parser(
         "resume",
         help="create slots again; the next slot is planned from now, so the paused time is not caught up",
@@ -374,6 +423,7 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         metavar="TEXT",
         help="a note shown by `fleetctl status` (without one: the pause's is cleared)",
     )
+    add_who(p, note=False)
 
     p = sub.add_parser(
         "backfill",
@@ -387,6 +437,7 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument(
         "--to", dest="end", required=True, metavar="T", help="ISO-8601 (no offset: UTC), not in the future"
     )
+    add_who(p)
 
     p = sub.add_parser(
         "prune",

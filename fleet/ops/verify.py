@@ -135,6 +135,10 @@ def schedule_lines(ledger: ScheduleLedger) -> list[str]:
         extra.append(f"{ledger.by_operator} slot(s) run by an operator (backfill or trigger)")
     if ledger.created_twice:
         extra.append(f"{ledger.created_twice} slot(s) created twice")
+    if ledger.ended_at is not None:
+        if ledger.start > ledger.end:
+            return [f"{head}: no slot: it ended at {iso(ledger.ended_at)} (until), before the window  ok"]
+        extra.append(f"ended at {iso(ledger.ended_at)} (until)")
     if ledger.start > ledger.end:
         return [f"{head}: no slot: it starts at {iso(ledger.start)}, after the window  ok"]
     text = f"{head}: {ledger.slots} slot(s) from {iso(ledger.start)}: {', '.join(parts) or 'none'}"
@@ -168,7 +172,8 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "exit 1 when a slot is missing without a recorded reason",
         description="For each schedule (every enabled one by default), enumerate the slots its timing "
         "yields in the window, from the timing alone, and say what became of each: ran once, after "
-        "retries, reclaimed, skipped (by which policy), dead, pending, running, never started, not "
+        "retries, reclaimed, skipped (by which policy, the calendar's excluded dates among them), "
+        "dead, pending, running, never started, not "
         "created yet, past retention, missed with a recorded reason (paused, broken, disabled, before "
         "the schedule existed, under an earlier timing, dropped by catch-up) or missed without one. "
         "Exit code: 0 every slot accounted for, 1 a slot missing without a recorded reason (or a "

@@ -17,7 +17,7 @@ SELECT set_config('jit', 'off', true), set_config('TimeZone', 'UTC', true),
 -- slot, its catch-up counter and its retention.
 SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing,
        s.enabled, s.paused_at, s.pause_note, s.broken_at, s.broken_error, s.next_run_at,
-       s.missed_slots, s.catchup, s.grace, s.retention, s.created_at
+       s.missed_slots, s.catchup, s.grace, s.retention, s.created_at, s.calendar
 FROM fleet.schedules s
 WHERE (%(every)s AND s.enabled) OR s.name = ANY(%(names)s::text[])
 ORDER BY s.name
@@ -25,9 +25,11 @@ ORDER BY s.name
 -- name: run_ledger
 -- A schedule's runs in [from, until], in slot order, packed: one row per span of `step_us`
 -- microseconds from `from`, holding its runs as 16-byte records (the slot as timestamptz_send
--- gives it, microseconds since 2000-01-01 UTC, then its int8 code, fleet.ledger_code). A row per
--- run would cost the driver a step per run; a span's records are unpacked at once. Each span is a
--- range of the primary key; the attempts are looked up only for a run done after more than one.
+-- gives it, microseconds since 2000-01-01 UTC, then its int8 code, fleet.ledger_code: a slot the
+-- schedule's calendar excludes is among its "anything else", and fleet.ledger tells it by the
+-- calendar). A row per run would cost the driver a step per run; a span's records are unpacked at
+-- once. Each span is a range of the primary key; the attempts are looked up only for a run done
+-- after more than one.
 SELECT (
     SELECT string_agg(
                timestamptz_send(r.scheduled_for)

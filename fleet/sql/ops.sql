@@ -79,8 +79,10 @@ SELECT s.name, s.job, s.job = ANY(%(served)s::text[]) AS job_served, s.enabled, 
            AS last_outcome,
        CASE WHEN p.name IS NOT NULL THEN p.last_error WHEN x.newer THEN fl.last_error ELSE st.last_error END
            AS last_error,
-       coalesce(d.n, 0)::int AS dead_runs,
-       s.broken_at, s.broken_error, s.overlap
+       coalesce(d.n, 0)::int,
+       s.broken_at, s.broken_error, s.overlap,
+       -- a calendar (read in the time zone beside it) ends a schedule; its exclusions keep it quiet
+       s.calendar, s.timezone
 FROM fleet.schedules s
 CROSS JOIN t
 LEFT JOIN fleet.schedule_stats st ON st.name = s.name

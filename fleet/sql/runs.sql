@@ -18,8 +18,9 @@ RETURNING schedule_name, scheduled_for, status::text AS status
 
 -- name: slot_withdraw
 -- The named schedules' runs created ahead of their time and not due yet (origin 'schedule', pending,
--- never attempted, slot still to come) are deleted: a paused or disabled schedule starts none, a
--- changed one has them created anew with its new definition. With `rewind`, next_run_at goes back
+-- never attempted, slot still to come; or recorded skipped ahead by the schedule's calendar) are
+-- deleted: a paused or disabled schedule starts none, a changed one has them created anew with its
+-- new definition. With `rewind`, next_run_at goes back
 -- to the earliest slot deleted, so that it stays the first slot not created. Runs due or running are
 -- never touched. The caller locks the schedules' rows first, in the same transaction: a ticker
 -- creates runs only under that lock, so this statement sees every run a ticker committed.
@@ -27,8 +28,9 @@ WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 gone AS (
     DELETE FROM fleet.job_runs r
     USING t
-    WHERE r.schedule_name = ANY(%(names)s::text[]) AND r.status = 'pending' AND r.origin = 'schedule'
-      AND r.attempts = 0 AND r.scheduled_for > t.now
+    WHERE r.schedule_name = ANY(%(names)s::text[]) AND r.origin = 'schedule' AND r.attempts = 0
+      AND r.scheduled_for > t.now
+      AND (r.status = 'pending' OR (r.status = 'skipped' AND r.last_error LIKE 'calendar:%%'))
     RETURNING r.schedule_name, r.scheduled_for
 ),
 first AS (SELECT schedule_name, min(scheduled_for) AS slot, count(*) AS n FROM gone GROUP BY schedule_name),

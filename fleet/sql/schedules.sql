@@ -12,7 +12,7 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now
 -- The definition columns are written by apply alone, and applies hold schedule_lock_apply.
 SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_catchup,
        max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, deadline,
-       spread, enabled, timing_hash
+       spread, calendar, enabled, timing_hash
 FROM fleet.schedules
 ORDER BY name
 
@@ -21,8 +21,7 @@ ORDER BY name
 -- with the schedules its application's code declares.
 SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_catchup,
        max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, deadline,
-       spread, enabled,
-       timing_hash
+       spread, calendar, enabled, timing_hash
 FROM fleet.schedules
 WHERE name = ANY(%(names)s::text[])
 
@@ -30,10 +29,10 @@ WHERE name = ANY(%(names)s::text[])
 -- New schedules, a batch at a time: %(rows)s is a JSON array of objects keyed by column.
 INSERT INTO fleet.schedules (name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
                        max_catchup, max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
-                       retention, deadline, spread, spread_offset, next_run_at, timing_hash)
+                       retention, deadline, spread, spread_offset, calendar, next_run_at, timing_hash)
 SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup,
        max_catchup, max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap,
-       retention, deadline, spread, spread_offset, next_run_at, timing_hash
+       retention, deadline, spread, spread_offset, calendar, next_run_at, timing_hash
 FROM jsonb_populate_recordset(NULL::fleet.schedules, %(rows)s::jsonb)
 
 -- name: schedule_update
@@ -45,7 +44,7 @@ SET every = v.every, cron = v.cron, timezone = v.timezone, start_at = v.start_at
     catchup = v.catchup, max_catchup = v.max_catchup, max_lateness = v.max_lateness, grace = v.grace, overlap = v.overlap,
     timeout = v.timeout, max_attempts = v.max_attempts, retry_base = v.retry_base,
     retry_cap = v.retry_cap, retention = v.retention, deadline = v.deadline, spread = v.spread,
-    spread_offset = v.spread_offset, enabled = true,
+    spread_offset = v.spread_offset, calendar = v.calendar, enabled = true,
     next_run_at = coalesce(v.next_run_at, s.next_run_at), timing_hash = v.timing_hash, updated_at = now(),
     broken_at = NULL, broken_error = NULL
 FROM jsonb_populate_recordset(NULL::fleet.schedules, %(rows)s::jsonb) v
@@ -62,7 +61,8 @@ SELECT pg_notify('fleet_schedules', '')
 -- Schedules with a slot to create: due, or within the lookahead (slots created ahead of their time).
 -- A broken schedule (its timing could not be evaluated) is tried again `retry_broken` after it broke.
 SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing, s.catchup,
-       s.max_catchup, s.max_lateness, s.grace, s.spread_offset, s.next_run_at, s.broken_at, t.now AS db_now
+       s.max_catchup, s.max_lateness, s.grace, s.spread_offset, s.next_run_at, s.broken_at, s.calendar,
+       t.now AS db_now
 FROM fleet.schedules s, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
 WHERE s.enabled AND s.paused_at IS NULL AND s.next_run_at <= t.now + %(lookahead)s::interval
   AND (s.broken_at IS NULL OR s.broken_at <= t.now - %(retry_broken)s::interval)

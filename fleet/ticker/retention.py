@@ -7,8 +7,10 @@ schedules in name order and, within a schedule, its runs along the primary key, 
 statement) plus a statement for each schedule with runs to delete. The cutoffs are fixed when the
 pass starts (its `mark`), so a pass is exact per schedule as of then.
 What a pass removes leaves each slot's outcome behind in the slot ledger (fleet.slot_outcomes), which
-the pass's last step trims to the ledger's own retention.
-One `retention_pass` line is logged when a pass ends, with what it removed in all its steps.
+the pass's last step trims to the ledger's own retention. The last step also removes audit rows
+(fleet.audit) older than their schedule's retention, at most `batch` of them (they are few: one per
+operator action). One `retention_pass` line is logged when a pass ends, with what it removed in all
+its steps.
 """
 
 from __future__ import annotations
@@ -119,6 +121,9 @@ def retention_step(
         {"cutoff": None if ledger is None else start - ledger, "limit": OUTCOME_ROWS_PER_PASS},
     ).fetchone()
     assert outcomes is not None
+    audit_rows = conn.execute(
+        q("audit_expire"), {"start": start, "default": default, "limit": batch}
+    ).rowcount
     # the pass took from its start to this step's, plus this step
     took = (progress.now - start).total_seconds() + time.monotonic() - began
     logs.event(
@@ -126,6 +131,7 @@ def retention_step(
         ticker_id=ticker_id,
         runs=pos.runs + removed,
         ledger_batches_removed=outcomes["removed"],
+        audit_rows=audit_rows,
         steps=pos.steps + 1,
         duration_s=round(took, 3),
         default_retention_s=default.total_seconds(),

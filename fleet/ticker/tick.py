@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 
 from fleet import logs
+from fleet.calendars import from_row
 from fleet.catchup import Plan, plan_slots
 from fleet.queries import q
 from fleet.schedule import TimingError, saturating_add, timing_of
@@ -163,7 +164,11 @@ def _plan(row: dict[str, Any], catchup_limit: int, lookahead: timedelta) -> Plan
         max_catchup=row["max_catchup"],
         lookahead=lookahead,
         offset=row["spread_offset"],
+        calendar=from_row(row["calendar"], row["timezone"]),
     )
+    if plan.ended:
+        logs.event("schedule_ended", schedule=row["name"], until=row["calendar"].get("until"))
+        return plan  # no slot is left before its `until`: next_run_at None, and never due again
     if plan.next_run_at is None:
         planned = [*plan.run, *(slot for slot, _ in plan.skipped)]
         if not planned:

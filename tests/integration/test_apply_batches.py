@@ -34,6 +34,8 @@ dst_repeated = "last"
 dst_missing = "skip"
 retry = { max_attempts = 9, base = "750us", cap = "2d" }
 retention = "45d"
+exclude = ["2026-12-25", "2026-12-24..2026-12-26", 2027-01-01]
+until = "2027-06-30T12:00:00"
 
 [[schedule]]
 name = "plain"
@@ -58,7 +60,7 @@ def stored(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
     rows = conn.execute(
         "SELECT name, every, cron, timezone, start_at, dst_repeated, dst_missing, job, args, catchup, max_catchup,"
         " max_lateness, grace, overlap, timeout, max_attempts, retry_base, retry_cap, retention, deadline, spread,"
-        " spread_offset, enabled, timing_hash"
+        " spread_offset, calendar, enabled, timing_hash"
         " FROM fleet.schedules"
     ).fetchall()
     return {r["name"]: r for r in rows}
@@ -79,6 +81,11 @@ def test_every_field_is_stored_as_the_file_gives_it(conn: psycopg.Connection[Any
     assert full["spread_offset"] == spread_offset("full", full["spread"]) and rows["plain"][
         "spread_offset"
     ] == timedelta(0)
+    assert full["calendar"] == {
+        "exclude": ["2026-12-25", "2026-12-24..2026-12-26", "2027-01-01"],
+        "until": "2027-06-30T12:00:00-04:00",
+    }
+    assert rows["plain"]["calendar"] is None
     again = apply_text(conn, EVERY_FIELD)
     assert again.unchanged == ["full", "plain"] and not again.changes
 

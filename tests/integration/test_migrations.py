@@ -28,6 +28,7 @@ EXPECTED_TABLES = {
     "alert_routes",
     "alert_state",
     "alert_outbox",
+    "schedule_audit",
 }
 EXPECTED_INDEXES = {
     "job_runs_pending",
@@ -41,6 +42,9 @@ EXPECTED_INDEXES = {
     "slot_outcomes_schedule",
     "slot_outcomes_age",
     "alert_outbox_open",
+    "schedule_audit_pkey",
+    "schedule_audit_schedule",
+    "schedule_audit_at",
 }
 
 

@@ -80,7 +80,14 @@ def test_retention_leaves_every_slots_outcome_in_the_ledger(
     assert ledger_counts(conn) == before
     # the skipped ones keep their reasons
     (s,) = verify(conn, ["m"], BASE, BASE + 121 * MINUTE, now=NOW).schedules
-    assert s.skipped == {"catchup": 2, "max_lateness": 0, "overlap": 1, "discarded": 1, "other": 0}
+    assert s.skipped == {
+        "catchup": 2,
+        "max_lateness": 0,
+        "overlap": 1,
+        "calendar": 0,
+        "discarded": 1,
+        "other": 0,
+    }
 
 
 def test_the_ledgers_own_retention_drops_old_outcomes(conn: psycopg.Connection[Any], history: None) -> None:

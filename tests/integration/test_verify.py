@@ -184,7 +184,14 @@ def test_every_outcome_of_a_slot_is_told_and_the_window_proved(
         never_started=1,
         missed=13,
     )
-    assert s["skipped"] == {"catchup": 1, "max_lateness": 1, "overlap": 1, "discarded": 1, "other": 0}
+    assert s["skipped"] == {
+        "catchup": 1,
+        "max_lateness": 1,
+        "overlap": 1,
+        "calendar": 0,
+        "discarded": 1,
+        "other": 0,
+    }
     assert s["missed"] == {**ZERO_MISSED, "paused": 10, "catchup": 3}
     assert (s["not_a_slot"], s["by_operator"], s["created_twice"]) == (1, 1, 0)
     at = minute_of(base)

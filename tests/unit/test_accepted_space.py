@@ -25,9 +25,10 @@ from functools import lru_cache
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from hypothesis import HealthCheck, assume, example, given, note, settings
+from hypothesis import HealthCheck, assume, event, example, given, note, settings
 from hypothesis import strategies as st
 
+from fleet.calendars import first_open_slot
 from fleet.catchup import Plan, StaleRun, plan_slots, settle_stale
 from fleet.cron import parse as parse_cron
 from fleet.schedfile import MAX_EVERY, ScheduleSpec, default_grace, parse_entry
@@ -257,6 +258,59 @@ def start_at_text(draw: st.DrawFn) -> str:
     return wall.isoformat() + draw(st.sampled_from(OFFSETS))
 
 
+# Dates of a calendar: the edges of the accepted years, the daylight-saving days of the zones
+# above, a day a zone skipped, and dates near the instants the planning is run at.
+CALENDAR_DATES = (
+    date(1970, 1, 1),
+    date(1970, 1, 2),
+    date(2011, 12, 30),
+    date(2026, 3, 8),
+    date(2026, 3, 29),
+    date(2026, 10, 25),
+    date(2026, 11, 1),
+    date(2026, 12, 25),
+    date(2999, 12, 31),
+)
+
+
+def calendar_date(near: tuple[date, ...]) -> st.SearchStrategy[date]:
+    """A date of a calendar: an edge, any date, or (mostly) one within a year of one of `near`."""
+    edges = st.one_of(st.sampled_from(CALENDAR_DATES), st.dates(date(1970, 1, 1), date(2999, 12, 31)))
+    if not near:
+        return edges
+    offset = st.one_of(st.just(0), st.just(-1), st.integers(-2, 1), st.integers(-400, 400))
+    close = st.tuples(st.sampled_from(near), offset).map(
+        lambda t: min(max(t[0] + timedelta(days=t[1]), date(1970, 1, 1)), date(2999, 12, 31))
+    )
+    return st.one_of(edges, close, close, close)
+
+
+@st.composite
+def exclude_items(draw: st.DrawFn, near: tuple[date, ...] = ()) -> str | date:
+    """One `exclude` entry: a date (text or TOML date) or a range, from a day to centuries long."""
+    first = draw(calendar_date(near))
+    form = draw(st.sampled_from(["text", "date", "range", "long range"]))
+    if form == "date":
+        return first
+    if form == "text":
+        return first.isoformat()
+    days = draw(st.integers(0, 40)) if form == "range" else draw(st.integers(0, 400_000))
+    last = min(first + timedelta(days=min(days, (date(2999, 12, 31) - first).days)), date(2999, 12, 31))
+    return f"{first.isoformat()}..{last.isoformat()}"
+
+
+@st.composite
+def until_values(draw: st.DrawFn, near: tuple[date, ...] = ()) -> str | date:
+    """An `until`: a date (text or TOML date), or a date-time naive or with an offset."""
+    day = draw(calendar_date(near))
+    form = draw(st.sampled_from(["text", "date", "date-time"]))
+    if form == "date":
+        return day
+    if form == "text":
+        return day.isoformat()
+    return f"{day.isoformat()}T{draw(st.integers(0, 23)):02d}:30:00" + draw(st.sampled_from(OFFSETS))
+
+
 @st.composite
 def entries(draw: st.DrawFn, spread: bool = False) -> dict[str, Any]:
     """A [[schedule]] table as a file holds it (not all accepted); with a `spread` when asked (a
@@ -282,6 +336,28 @@ def entries(draw: st.DrawFn, spread: bool = False) -> dict[str, Any]:
     if spread:
         entry["spread"] = draw(st.one_of(st.sampled_from(["0s", "1ms", "30s", "59s", "1h"]), DURATION))
     return entry
+
+
+@st.composite
+def calendar_fields(draw: st.DrawFn, *near: datetime) -> dict[str, Any]:
+    """`exclude`, `until` or both (not all accepted), their dates mostly within a year of one of
+    `near`. Drawn apart from `entries()`, so that the properties without a calendar keep the
+    examples they always had."""
+    day = tuple(at.date() for at in near)
+    fields: dict[str, Any] = {}
+    if draw(st.integers(0, 3)):
+        fields["exclude"] = draw(st.lists(exclude_items(day), min_size=1, max_size=6))
+    if "exclude" not in fields or not draw(st.integers(0, 2)):
+        fields["until"] = draw(until_values(day))
+    return fields
+
+
+def with_calendar(data: st.DataObject, applied_at: datetime, later: timedelta) -> dict[str, Any]:
+    """An accepted entry, with a calendar whose dates lie mostly near its first slot and near the
+    instant it is planned at (`later` after that slot)."""
+    entry = data.draw(entries())
+    s = store(accepted_spec(entry), applied_at)
+    return {**entry, **data.draw(calendar_fields(s.next_run_at, s.next_run_at + later))}
 
 
 APPLIED = st.one_of(
@@ -340,6 +416,14 @@ def store(spec: ScheduleSpec, applied_at: datetime) -> Stored:
 
     upcoming = timed(upcoming_slot, "first_slot_at_or_after (never-fires check)")
     assume(upcoming is not None and upcoming - since <= HORIZON)
+    cal = spec.calendar
+    if cal is not None and not (cal.until is not None and cal.ended(since)):
+        # apply's check of the calendar: a slot it lets run within the ten years (or an `until` past)
+        open_slot = timed(
+            lambda: first_open_slot(t, cal, since, saturating_add(since, HORIZON)),
+            "first_open_slot (never-fires check)",
+        )
+        assume(open_slot is not None)
     first = timed(
         lambda: first_slot_at_or_after(t, spec.start_at if spec.start_at is not None else applied_at),
         "first_slot_at_or_after (next_run_at)",
@@ -365,6 +449,7 @@ def plan(s: Stored, next_run_at: datetime, now: datetime) -> Plan | None:
                 max_catchup=spec.max_catchup,
                 lookahead=LOOKAHEAD,
                 offset=spec.spread_offset(),
+                calendar=spec.calendar,
             ),
             "plan_slots",
         )
@@ -425,6 +510,21 @@ def check_plan(s: Stored, next_run_at: datetime, now: datetime, p: Plan) -> list
         c = p.collapsed
         assert c.count >= 1 and next_run_at <= c.first <= c.last < slots[0], f"collapsed {c}"
         assert is_slot(t, c.first) and is_slot(t, c.last), f"collapsed {c} not slots of the timing"
+    cal = spec.calendar
+    if cal is None:
+        assert not p.ended and all(not why.startswith("calendar:") for _, why in p.skipped)
+    else:
+        # nothing runs on an excluded date or after `until`; each excluded slot says so
+        assert all(cal.excluded(slot) is None and not cal.ended(slot) for slot in p.run), (
+            "a slot runs excluded"
+        )
+        assert all(not cal.ended(slot) for slot in slots), "a slot after until"
+        for slot, reason in p.skipped:
+            excluded = cal.excluded(slot)
+            assert excluded is None or reason == cal.reason(excluded), (
+                f"{slot} excluded, skipped for {reason}"
+            )
+        assert not p.ended or p.next_run_at is None, "ended with a next slot"
     ahead = [slot for slot in p.run if slot > now]
     if ahead:
         # Created ahead with a grace; if nobody starts them, the policy settles them within bounds.
@@ -595,6 +695,110 @@ def test_the_ticks_at_one_instant_keep_the_bounds_together(
     if spec.max_catchup + 60 * 60 <= (LOOP_CALLS - 2) * LIMIT:
         # everything due, and ahead within the lookahead, fits in these calls
         assert nxt is None or nxt > now or calls < LOOP_CALLS, f"still due after {calls} ticks"
+
+
+def one_tick_with_a_calendar(entry: dict[str, Any], applied_at: datetime, later: timedelta) -> Plan | None:
+    """The same bounds as without a calendar, and: nothing runs on an excluded date or after
+    `until`, each excluded slot says so, and a plan that ended has no next slot (check_plan)."""
+    spec = accepted_spec(entry)
+    s = store(spec, applied_at)
+    now = s.next_run_at + later
+    p = plan(s, s.next_run_at, now)
+    if p is not None:
+        check_plan(s, s.next_run_at, now, p)
+    return p
+
+
+@PROPERTY
+@given(applied_at=APPLIED, later=LATER, data=st.data())
+def test_one_tick_with_a_calendar_keeps_the_bounds(
+    applied_at: datetime, later: timedelta, data: st.DataObject
+) -> None:
+    p = one_tick_with_a_calendar(with_calendar(data, applied_at, later), applied_at, later)
+    if p is not None:
+        # what the examples reach (--hypothesis-show-statistics)
+        event("ended" if p.ended else "not ended")
+        event(
+            "an excluded slot skipped"
+            if any(w.startswith("calendar:") for _, w in p.skipped)
+            else "none excluded"
+        )
+
+
+# Calendars at their edges: (entry, applied_at, later, whether the tick ends it, slots it excludes).
+CALENDAR_EDGES: list[tuple[dict[str, Any], datetime, timedelta, bool, int]] = [
+    # ten centuries excluded but for the first hour, and an until at the end of them
+    (
+        {
+            "name": "s",
+            "job": "noop",
+            "every": "1h",
+            "exclude": ["2026-01-01..2999-12-30"],
+            "until": "2999-12-31",
+        },
+        datetime(2025, 12, 31, 22, tzinfo=UTC),
+        2 * DAY,
+        False,
+        1,  # catch-up latest: of the missed slots only the newest is kept, and it is excluded
+    ),
+    # hourly in Berlin, both daylight-saving days excluded, ending the day after the second
+    (
+        {
+            "name": "s",
+            "job": "noop",
+            "cron": "0 * * * *",
+            "timezone": "Europe/Berlin",
+            "exclude": [date(2026, 3, 29), "2026-10-25"],
+            "until": "2026-10-26",
+            "catchup": "all",
+            "max_catchup": 100_000,
+        },
+        datetime(2026, 3, 1, tzinfo=UTC),
+        300 * DAY,
+        False,  # the limit (1000 slots) cuts the first tick short of the end
+        23,  # 29 March: 23 hours
+    ),
+]
+
+
+@settings(PROPERTY, max_examples=10)
+@given(case=st.sampled_from(CALENDAR_EDGES))
+def test_calendars_at_their_edges_keep_the_bounds(
+    case: tuple[dict[str, Any], datetime, timedelta, bool, int],
+) -> None:
+    entry, applied_at, later, ended, excluded = case
+    p = one_tick_with_a_calendar(entry, applied_at, later)
+    assert p is not None and p.ended == ended
+    assert sum(1 for _, w in p.skipped if w.startswith("calendar:")) == excluded
+
+
+@PROPERTY
+@given(applied_at=APPLIED, later=LATER, data=st.data())
+def test_the_ticks_at_one_instant_with_a_calendar_keep_the_bounds_together(
+    applied_at: datetime, later: timedelta, data: st.DataObject
+) -> None:
+    spec = accepted_spec(with_calendar(data, applied_at, later))
+    s = store(spec, applied_at)
+    now = s.next_run_at + later
+    nxt: datetime | None = s.next_run_at
+    created: list[datetime] = []
+    calls = 0
+    while nxt is not None and nxt <= now + LOOKAHEAD and calls < LOOP_CALLS:
+        p = plan(s, nxt, now)
+        if p is None:
+            break
+        slots = check_plan(s, nxt, now, p)
+        assert not created or not slots or slots[0] > created[-1], "a slot planned twice"
+        created += slots
+        calls += 1
+        if p.ended:
+            # no slot after `until` is left to plan: the schedule is never due again
+            assert spec.calendar is not None and p.next_run_at is None
+            break
+        if p.next_run_at is None or not slots and p.next_run_at == nxt:
+            break
+        nxt = p.next_run_at
+    assert len([slot for slot in created if slot <= now]) <= spec.max_catchup
 
 
 # ---------------------------------------------------------------------------------------------------

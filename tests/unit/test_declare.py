@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,8 @@ retry = { max_attempts = 3, base = "10s", cap = "5m" }
 dst_repeated = "last"
 dst_missing = "skip"
 deadline = "45m"
+exclude = ["2026-12-25", 2026-12-31]
+until = 2027-06-30
 """
 
 
@@ -66,6 +68,8 @@ def test_every_field_of_the_file_means_the_same_in_code() -> None:
         dst_repeated="last",
         dst_missing="skip",
         deadline="45m",
+        exclude=["2026-12-25", "2026-12-31"],
+        until="2027-06-30",
     )
     assert in_code.spec() == from_file and from_file.deadline == timedelta(minutes=45)
     cron = fleet.Cron(
@@ -84,6 +88,8 @@ def test_every_field_of_the_file_means_the_same_in_code() -> None:
         dst_repeated="last",
         dst_missing="skip",
         deadline=timedelta(minutes=45),
+        exclude=(date(2026, 12, 25), "2026-12-31"),
+        until=date(2027, 6, 30),
     )
     assert cron.spec() == from_file
 

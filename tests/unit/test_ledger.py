@@ -100,10 +100,13 @@ def test_each_state_of_a_run() -> None:
         (10, code(9)),
         (11, code(10)),
         (12, code(DONE, 1, operator=True)),
+        (13, code(10)),  # on a date the calendar excludes
     ]
     # the pending run at minute 6 is past its grace; one at the last minute would not be
-    facts = Facts(now=T0 + 13 * M + 10_000_000, created=T0, grace=30_000_000)
-    led = ledger(list(range(14)), [*runs, (13, code(PENDING, 0))], facts)
+    facts = Facts(
+        now=T0 + 14 * M + 10_000_000, created=T0, grace=30_000_000, excluded=lambda us: us == T0 + 13 * M
+    )
+    led = ledger(list(range(15)), [*runs, (14, code(PENDING, 0))], facts)
     assert nonzero(led.counts) == {
         "once": 2,
         "retried": 1,
@@ -112,9 +115,19 @@ def test_each_state_of_a_run() -> None:
         "pending": 2,
         "running": 1,
         "never_started": 1,
-        "skipped": 5,
+        "skipped": 6,
     }
-    assert led.skipped == {"catchup": 1, "max_lateness": 1, "overlap": 1, "discarded": 1, "other": 1}
+    assert led.skipped == {
+        "catchup": 1,
+        "max_lateness": 1,
+        "overlap": 1,
+        "calendar": 1,
+        "discarded": 1,
+        "other": 1,
+    }
+    assert ("skipped", "skipped: a date the schedule's calendar excludes") in [
+        (e.outcome, e.reason) for e in led.entries
+    ]
     assert led.by_operator == 1 and led.ok
     assert [(e.outcome, e.reason) for e in led.entries][:4] == [
         ("retried", "done after 4 attempts"),

@@ -245,7 +245,11 @@ class Dashboard:
         if not hmac.compare_digest(req.form.get("csrf", "").encode(), self.csrf.encode()):
             return self._error(403, "csrf: the form's token is missing or stale; reload the page")
         name, action = parts[1], parts[2]
-        done = self._read(lambda c: {"text": pages.act(c, name, action, req.form)})["text"]
+        # The audit row names the dashboard, and the user its basic credentials name (a bearer
+        # token names nobody).
+        basic = self.settings.credentials.basic
+        by = f"dashboard:{basic[0]}"[:100] if basic else "dashboard"
+        done = self._read(lambda c: {"text": pages.act(c, name, action, req.form, by)})["text"]
         self.health.invalidate()
         location = f"{schedule_url(name)}?flash={self._flash_put(f'{action}: {done}')}"
         return Response(303, b"", headers={"Location": location})

@@ -15,6 +15,7 @@ import orjson
 import psycopg
 
 from fleet import health, logs
+from fleet.audit import audit_list, summary
 from fleet.errors import UsageError
 from fleet.health import FleetHealth
 from fleet.inspect import health_report, run_history
@@ -38,6 +39,7 @@ TIMELINE_SLOTS: Final = 30  # slots per timeline page
 MAX_TIMELINE_SLOTS: Final = 200
 MAX_ATTEMPTS: Final = 2000  # attempts drawn on one timeline page
 DEAD_SHOWN: Final = 50
+AUDIT_SHOWN: Final = 20  # the latest audit rows on a schedule's page
 MAX_PROCESS_RUNS: Final = 1000
 MAX_ARGS_BYTES: Final = 8192
 # What a page shows of a value that can be large (args hold up to 64 KiB, an error 4,000
@@ -75,6 +77,7 @@ VERDICT_MEANINGS: Final[dict[str, str]] = {
     "RETRYING": "a run waits to retry; under overlap skip, later slots are skipped meanwhile",
     "PAUSED": "paused by an operator",
     "DISABLED": "no longer in the schedules file",
+    "ENDED": "past its calendar's until: no slot left",
     "OK": "healthy",
 }
 assert tuple(VERDICT_MEANINGS) == VERDICTS
@@ -228,7 +231,8 @@ def schedule_page(
     conn: psycopg.Connection[Any], name: str, before: datetime | None, limit: int, *, full: bool = True
 ) -> dict[str, Any]:
     """One schedule: its health, a page of its slots laid out as a timeline, its dead runs, plots of
-    its recent lag and durations, and (`full`: not for a live refresh) its coverage strip."""
+    its recent lag and durations, the latest audit rows (who did what to it), and (`full`: not for
+    a live refresh) its coverage strip."""
     row = schedule_row(conn, name)
     (h,) = schedule_health(conn, [name])
     limit = min(max(1, limit), MAX_TIMELINE_SLOTS)
@@ -247,6 +251,7 @@ def schedule_page(
     ).fetchall()
     for r in runs:
         r["shown_status"] = run_status(r)
+    audit = [(a, summary(a)) for a in audit_list(conn, name, None, AUDIT_SHOWN)]
     recent = conn.execute(q("attempt_recent"), {"name": name, "limit": PLOTTED_ATTEMPTS}).fetchall()
     lag, took = plots(recent, row["db_now"])
     return {
@@ -255,6 +260,7 @@ def schedule_page(
         "duration_plot": took,
         "schedule": row,
         "health": h,
+        "audit": audit,
         "retrying": retrying_note(h),
         "runs": runs,
         "timeline": timeline,
@@ -371,24 +377,27 @@ def parse_args_json(text: str | None) -> Any:
     return value
 
 
-def act(conn: psycopg.Connection[Any], name: str, action: str, form: dict[str, str]) -> str:
-    """Carry out one action on a schedule; returns what happened, in words. UsageError: bad input."""
+def act(
+    conn: psycopg.Connection[Any], name: str, action: str, form: dict[str, str], by: str = "dashboard"
+) -> str:
+    """Carry out one action on a schedule, its audit row saying `by`; returns what happened, in
+    words. UsageError: bad input."""
     if action in ("retry", "discard"):
         slot = parse_instant(form.get("slot", ""), "slot")
-        changed = (run_retry if action == "retry" else run_discard)(conn, name, slot)
+        changed = (run_retry if action == "retry" else run_discard)(conn, name, slot, by=by)
         verb = "retried" if action == "retry" else "discarded"
         return f"{verb} {iso(slot)}" if changed else f"{iso(slot)} was {verb} already"
     if action == "trigger":
-        t = run_trigger(conn, name, parse_args_json(form.get("args")))
+        t = run_trigger(conn, name, parse_args_json(form.get("args")), by=by)
         if t.created:
             return f"triggered {iso(t.slot)}"
         return f"{iso(t.slot)} exists already: not triggered again"
     if action == "pause":
         note = check_note(form.get("note"), "note")
-        if schedule_pause(conn, name, note=note):
+        if schedule_pause(conn, name, note=note, by=by):
             return "paused"
         return "paused already; note updated" if note else "paused already"
     if action == "resume":
-        nxt = schedule_resume(conn, name, note=check_note(form.get("note"), "note"))
+        nxt = schedule_resume(conn, name, note=check_note(form.get("note"), "note"), by=by)
         return f"resumed: next slot {iso(nxt)}" if nxt else "not paused"
     raise UsageError(f"action: unknown action {action!r}")
