@@ -412,6 +412,8 @@ def _deadlines(
         for row in conn.execute(q("run_deadline_missed"), {"names": names, "slots": slots}):
             overdue[row["name"]] = row["slot"]
     return deadlines, overdue
+
+
 def _calendar_health(calendar: Any, timezone: str, at: datetime, quiet_s: float) -> tuple[bool, float]:
     """Whether a schedule's calendar has ended it at `at`, and its quiet time: not counted while an
     exclusion keeps it quiet, nor before the latest one ended (a week excluded is not LATE)."""

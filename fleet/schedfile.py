@@ -106,6 +106,7 @@ class ScheduleSpec:
     def spread_offset(self) -> timedelta:
         """How long after its slot each run of this schedule becomes claimable (`spread_offset`)."""
         return spread_offset(self.name, self.spread)
+
     calendar: Calendar | None = None  # exclude and until (fleet.calendars)
 
     def timing_hash(self) -> str:
