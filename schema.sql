@@ -19,6 +19,7 @@ CREATE TABLE fleet.alert_outbox (
     last_error text,
     CONSTRAINT alert_outbox_event_check CHECK ((event = ANY (ARRAY['alert'::text, 'repeat'::text, 'recovery'::text]))),
     CONSTRAINT alert_outbox_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'sending'::text, 'sent'::text, 'failed'::text]))),
+    CONSTRAINT alert_outbox_time_range CHECK (((created_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (created_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (next_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (next_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (locked_until >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (locked_until < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (sent_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (sent_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT alert_outbox_route_fkey FOREIGN KEY (route) REFERENCES fleet.alert_routes(name) ON DELETE CASCADE,
     CONSTRAINT alert_outbox_pkey PRIMARY KEY (id)
 );
@@ -41,6 +42,7 @@ CREATE TABLE fleet.alert_routes (
     updated_at timestamp with time zone NOT NULL DEFAULT now(),
     CONSTRAINT alert_routes_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'slack'::text, 'email'::text]))),
     CONSTRAINT alert_routes_repeat_check CHECK ((repeat > '00:00:00'::interval)),
+    CONSTRAINT alert_routes_time_range CHECK (((updated_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (updated_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT alert_routes_pkey PRIMARY KEY (name)
 );
 GRANT SELECT ON fleet.alert_routes TO fleet_alert;
@@ -56,6 +58,7 @@ CREATE TABLE fleet.alert_state (
     opened_at timestamp with time zone NOT NULL,
     last_sent_at timestamp with time zone NOT NULL,
     notices integer NOT NULL DEFAULT 1,
+    CONSTRAINT alert_state_time_range CHECK (((opened_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (opened_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (last_sent_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (last_sent_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT alert_state_route_fkey FOREIGN KEY (route) REFERENCES fleet.alert_routes(name) ON DELETE CASCADE,
     CONSTRAINT alert_state_pkey PRIMARY KEY (route, subject, verdict)
 );
@@ -96,6 +99,7 @@ CREATE TABLE fleet.job_attempts (
     span_id text,
     traced boolean NOT NULL DEFAULT false,
     renewed_at timestamp with time zone,
+    CONSTRAINT job_attempts_renewed_range CHECK (((renewed_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (renewed_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT job_attempts_time_range CHECK (((scheduled_for >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (scheduled_for < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT job_attempts_pkey PRIMARY KEY (schedule_name, scheduled_for, attempt)
 );
@@ -141,6 +145,7 @@ CREATE TABLE fleet.job_runs (
     run_window jsonb,
     renewed_at timestamp with time zone,
     CONSTRAINT job_runs_origin_check CHECK ((origin = ANY (ARRAY['schedule'::text, 'trigger'::text, 'backfill'::text]))),
+    CONSTRAINT job_runs_renewed_range CHECK (((renewed_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (renewed_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT job_runs_time_range CHECK (((scheduled_for >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (scheduled_for < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (run_after >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (run_after < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (locked_until >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (locked_until < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (started_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (finished_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (created_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (created_at < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (start_by >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (start_by < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT job_runs_schedule_name_fkey FOREIGN KEY (schedule_name) REFERENCES fleet.schedules(name) ON DELETE CASCADE,
     CONSTRAINT job_runs_pkey PRIMARY KEY (schedule_name, scheduled_for)
@@ -229,6 +234,7 @@ CREATE TABLE fleet.schedule_audit (
     CONSTRAINT schedule_audit_details_check CHECK ((octet_length((details)::text) <= 16384)),
     CONSTRAINT schedule_audit_note_check CHECK (((note IS NULL) OR (char_length(note) <= 500))),
     CONSTRAINT schedule_audit_schedule_check CHECK ((char_length(schedule) <= 200)),
+    CONSTRAINT schedule_audit_time_range CHECK (((at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT schedule_audit_pkey PRIMARY KEY (id)
 );
 CREATE INDEX schedule_audit_at ON fleet.schedule_audit USING btree (at, id);
@@ -369,6 +375,7 @@ CREATE TABLE fleet.slot_outcomes (
     CONSTRAINT slot_outcomes_check CHECK ((octet_length(records) = (16 * slots))),
     CONSTRAINT slot_outcomes_check1 CHECK ((first_slot <= last_slot)),
     CONSTRAINT slot_outcomes_slots_check CHECK ((slots > 0)),
+    CONSTRAINT slot_outcomes_time_range CHECK (((first_slot >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (first_slot < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (last_slot >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (last_slot < '9000-01-01 00:00:00+00'::timestamp with time zone) AND (removed_at >= '1000-01-01 00:00:00+00'::timestamp with time zone) AND (removed_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID,
     CONSTRAINT slot_outcomes_pkey PRIMARY KEY (id)
 );
 CREATE INDEX slot_outcomes_age ON fleet.slot_outcomes USING btree (last_slot);

@@ -119,7 +119,7 @@ url_env = "1BAD"
         "alert 'a': kind: required; one of webhook | slack | email, got 'pager'",
         "alert 'b': url: unknown field for kind webhook",
         "alert 'b': verdicts: unknown verdict(s) 'SLOW'; one of BROKEN, DEAD, NO-TICKER, TICKER-CRASHING, "
-        "NO-WORKER, OVERDUE, BACKLOG, LATE, RETRYING, PAUSED, DISABLED",
+        "NO-WORKER, OVERDUE, BACKLOG, LATE, RETRYING, PAUSED, DISABLED, ENDED",
         "alert 'b': repeat: from 1m to 3660 days, got '10s'",
         "alert 'b': url_env: required; the name of the alert process's environment variable that holds it "
         "(the secret itself stays out of the file)",
