@@ -47,17 +47,18 @@ def check_server(url: str) -> None:
     try:
         with connect(url, "fleet-tests admin") as admin:
             row = admin.execute(
-                "SELECT current_user AS name, rolcreatedb OR rolsuper AS createdb FROM pg_roles "
-                "WHERE rolname = current_user"
+                "SELECT current_user AS name, rolcreatedb OR rolsuper AS createdb,"
+                " rolcreaterole OR rolsuper AS createrole FROM pg_roles WHERE rolname = current_user"
             ).fetchone()
     except DatabaseUnavailable as e:
         pytest.exit(f"FLEET_DATABASE_URL: {e}", returncode=pytest.ExitCode.USAGE_ERROR)
-    if row is None or not row["createdb"]:
+    if row is None or not (row["createdb"] and row["createrole"]):
         role = row["name"] if row else "this role"
         pytest.exit(
-            f"FLEET_DATABASE_URL: role {role!r} cannot create databases, and the test suite creates and "
-            f"drops one per test: grant it (ALTER ROLE {role} CREATEDB), or unset FLEET_DATABASE_URL "
-            "to run the suite on the embedded PostgreSQL",
+            f"FLEET_DATABASE_URL: role {role!r} cannot create databases and roles, and the test suite "
+            "creates and drops a database per test and the fleet's roles with login roles of its own: "
+            f"grant them (ALTER ROLE {role} CREATEDB CREATEROLE), or unset FLEET_DATABASE_URL to run "
+            "the suite on the embedded PostgreSQL",
             returncode=pytest.ExitCode.USAGE_ERROR,
         )
 

@@ -1,5 +1,5 @@
 """What the test suite needs of FLEET_DATABASE_URL's server, said in one line: a run given a role
-that cannot create databases, or a server out of reach, stops at its first database test."""
+that cannot create databases or roles, or a server out of reach, stops at its first database test."""
 
 from __future__ import annotations
 
@@ -31,12 +31,13 @@ def run_suite(url: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture
-def role_without_createdb(server_url: str) -> Iterator[str]:
+@pytest.fixture(params=["NOCREATEDB CREATEROLE", "CREATEDB NOCREATEROLE"])
+def role_without_createdb(server_url: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A login role that can create databases or roles, but not both."""
     name = f"fleet_nocreatedb_{os.getpid()}"
     with connect(server_url, "fleet-tests admin") as admin:
         admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
-        admin.execute(sql.SQL("CREATE ROLE {} LOGIN NOCREATEDB").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN " + request.param).format(sql.Identifier(name)))
     yield name
     with connect(server_url, "fleet-tests admin") as admin:
         admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
