@@ -66,7 +66,7 @@ CREATE INDEX job_runs_dead ON fleet.job_runs USING btree (schedule_name) WHERE (
 CREATE INDEX job_runs_finished ON fleet.job_runs USING btree (finished_at) WHERE (status = ANY (ARRAY['done'::fleet.run_status, 'dead'::fleet.run_status, 'skipped'::fleet.run_status]));
 CREATE INDEX job_runs_leases ON fleet.job_runs USING btree (locked_until) WHERE (status = 'running'::fleet.run_status);
 CREATE INDEX job_runs_open ON fleet.job_runs USING btree (schedule_name, scheduled_for) WHERE (status = ANY (ARRAY['pending'::fleet.run_status, 'running'::fleet.run_status]));
-CREATE INDEX job_runs_pending ON fleet.job_runs USING btree (run_after) WHERE (status = 'pending'::fleet.run_status);
+CREATE INDEX job_runs_pending ON fleet.job_runs USING btree (job, run_after) WHERE (status = 'pending'::fleet.run_status);
 CREATE INDEX job_runs_start_by ON fleet.job_runs USING btree (start_by) WHERE (start_by IS NOT NULL);
 CREATE TRIGGER job_runs_delete_attempts AFTER DELETE ON fleet.job_runs REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION fleet.delete_attempts();
 

@@ -72,8 +72,13 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- is one hashed lookup per run, where NOT EXISTS was planned as a nested loop over both CTEs.
 -- The result has the columns of `out` and the schedule's, and 'overlap' in skipped_reason for a
 -- run recorded skipped (then only its key is set). Empty args come back as NULL: nothing to decode.
--- `now` has no cast (coalesce with now() gives it its type): the statement stays under psycopg's
--- 4 kB cache limit.
+-- Due runs are found job by job, in the order of `jobs`, each job's oldest first, through the
+-- index of pending runs by (job, run_after): a claim seeks to its own jobs' due runs and never
+-- reads past another job's backlog. The outer LIMIT stops the walk (and the locking) as soon as
+-- the batch is full; the worker turns its list of jobs round from one claim to the next, so that
+-- a backlog of one of its jobs does not hold its other jobs back.
+-- `now` has no cast (coalesce with now() gives it its type), and the locking clauses need not name
+-- their only table: the statement stays under psycopg's 4 kB cache limit.
 WITH expired AS (
     SELECT r.*
     FROM fleet.job_runs r
@@ -81,21 +86,23 @@ WITH expired AS (
       AND r.job = ANY(%(jobs)b::text[])
     ORDER BY r.locked_until
     LIMIT %(limit)s
-    FOR UPDATE OF r SKIP LOCKED
+    FOR UPDATE SKIP LOCKED
 ),
 due AS (
-    SELECT r.*
-    FROM fleet.job_runs r
-    WHERE r.status = 'pending' AND r.run_after <= coalesce(%(now)b, now())
-      AND r.job = ANY(%(jobs)b::text[])
-      AND (r.start_by IS NULL OR r.start_by >= coalesce(%(now)b, now()))
-      AND (r.overlap <> 'queue' OR NOT EXISTS (
-              SELECT 1 FROM fleet.job_runs e
-              WHERE e.schedule_name = r.schedule_name AND e.scheduled_for < r.scheduled_for
-                AND e.status IN ('pending', 'running')))
-    ORDER BY r.run_after
+    SELECT d.*
+    FROM unnest(%(jobs)b::text[]) j, LATERAL (
+        SELECT r.*
+        FROM fleet.job_runs r
+        WHERE r.status = 'pending' AND r.job = j AND r.run_after <= coalesce(%(now)b, now())
+          AND (r.start_by IS NULL OR r.start_by >= coalesce(%(now)b, now()))
+          AND (r.overlap <> 'queue' OR NOT EXISTS (
+                  SELECT 1 FROM fleet.job_runs e
+                  WHERE e.schedule_name = r.schedule_name AND e.scheduled_for < r.scheduled_for
+                    AND e.status IN ('pending', 'running')))
+        ORDER BY r.run_after
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) d
     LIMIT %(limit)s
-    FOR UPDATE OF r SKIP LOCKED
 ),
 cand AS (SELECT * FROM expired UNION ALL SELECT * FROM due LIMIT %(limit)s),
 gate AS (
@@ -287,11 +294,13 @@ FROM fin f
 -- run to come: with slots created ahead of their time (a lookahead over many schedules), that
 -- aggregate read every one of them at each wake of each idle worker. Sent after round_configure,
 -- in its transaction, so that stale statistics cannot turn the walk into a scan and a sort.
+-- The pending runs' index is by job: the first run to come of each job, the earliest of them.
 SELECT extract(epoch FROM least(
-           (SELECT r.run_after FROM fleet.job_runs r
-            WHERE r.status = 'pending' AND r.run_after > coalesce(%(now)b::timestamptz, now())
-              AND r.job = ANY(%(jobs)b::text[])
-            ORDER BY r.run_after LIMIT 1),
+           (SELECT min((SELECT r.run_after FROM fleet.job_runs r
+                        WHERE r.status = 'pending' AND r.job = j
+                          AND r.run_after > coalesce(%(now)b::timestamptz, now())
+                        ORDER BY r.run_after LIMIT 1))
+            FROM unnest(%(jobs)b::text[]) j),
            (SELECT r.locked_until FROM fleet.job_runs r
             WHERE r.status = 'running' AND r.locked_until > coalesce(%(now)b::timestamptz, now())
               AND r.job = ANY(%(jobs)b::text[])

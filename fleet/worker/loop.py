@@ -85,6 +85,14 @@ def run_round(
     return batch, written, attempts, skipped
 
 
+def turned(jobs: Sequence[str], turn: int) -> Sequence[str]:
+    """`jobs` turned round by `turn` places: the order in which a claim walks them."""
+    if len(jobs) < 2:
+        return jobs
+    k = turn % len(jobs)
+    return [*jobs[k:], *jobs[:k]]
+
+
 @dataclass
 class WorkerResult:
     claimed: int = 0
@@ -115,6 +123,9 @@ class Worker:
         # such an empty claim beside a full one, that kind is asked for again only this much later.
         self._skip_sync_until = 0.0
         self._skip_async_until = 0.0
+        # Claims walk their jobs in the order given, each job's due runs oldest first: the list is
+        # turned round by one at every claim, so that one job's backlog holds no other job back.
+        self._turn = 0
         self.aio: EventLoop | None = None  # made when there are async jobs
         self.n_async = 0  # async attempts in `inflight`
         # Attempts whose handler was asked to stop (timed out, lease lost) and has not returned
@@ -242,15 +253,16 @@ class Worker:
         result.requested = limit + async_limit
         if not batch and not result.requested:
             return result
+        self._turn += 1
         try:
             batch, written, attempts, skipped = run_round(
                 conn,
                 batch,
                 worker_id=s.worker_id,
-                jobs=jobs,
+                jobs=turned(jobs, self._turn),
                 limit=limit,
                 lease_s=s.lease_s,
-                async_jobs=self.async_job_list,
+                async_jobs=turned(self.async_job_list, self._turn),
                 async_limit=async_limit,
             )
         except psycopg.Error:
