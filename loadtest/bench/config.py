@@ -21,6 +21,7 @@ SECTIONS = (
     "history",
     "reclaim",
     "async",
+    "jobsets",
     "metrics",
     "retention",
     "health",
