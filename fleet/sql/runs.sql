@@ -63,9 +63,11 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- runs of one schedule serialise on the gate row and the second re-checks it under the lock.
 --
 -- Written for a plan that stays flat: each candidate is read once, locked, with the values it had
--- before (tracing links and a lost attempt's history need them); the updates join on the primary
--- key through a two-column subquery (OFFSET 0 keeps it narrow: an UPDATE copies each joined row
--- of a subquery whole); the previous status is the row's own value in SET, read under the lock.
+-- before (tracing links and a lost attempt's history need them); the updates reach the locked
+-- rows by their tuple id (`t`, a Tid Scan: no walk down the primary key), which cannot change
+-- while this transaction holds their locks, through a narrow subquery (OFFSET 0 keeps it narrow:
+-- an UPDATE copies each joined row of a subquery whole); the previous status is the row's own
+-- value in SET, read under the lock.
 -- The new attempt's trace and span ids are taken from `ids`, 24 random bytes per claimable row
 -- from the worker (the database's random UUIDs cost more and have fixed version bits).
 -- A run is skipped when it is not among the gates taken: NOT IN over the gate's keys (never NULL)
@@ -80,7 +82,7 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- `now` has no cast (coalesce with now() gives it its type), and the locking clauses need not name
 -- their only table: the statement stays under psycopg's 4 kB cache limit.
 WITH expired AS (
-    SELECT r.*
+    SELECT r.ctid AS t, r.*
     FROM fleet.job_runs r
     WHERE r.status = 'running' AND r.locked_until < coalesce(%(now)b, now())
       AND r.job = ANY(%(jobs)b::text[])
@@ -91,7 +93,7 @@ WITH expired AS (
 due AS (
     SELECT d.*
     FROM unnest(%(jobs)b::text[]) j, LATERAL (
-        SELECT r.*
+        SELECT r.ctid AS t, r.*
         FROM fleet.job_runs r
         WHERE r.status = 'pending' AND r.job = j AND r.run_after <= coalesce(%(now)b, now())
           AND (r.start_by IS NULL OR r.start_by >= coalesce(%(now)b, now()))
@@ -131,11 +133,11 @@ claimed AS (
         span_id = encode(substr(%(ids)b::bytea, c.n * 24 - 7, 8), 'hex'),
         traced = %(traced)b,
         start_by = NULL
-    FROM (SELECT c.schedule_name, c.scheduled_for, row_number() OVER ()::int AS n FROM cand c
+    FROM (SELECT c.t, row_number() OVER ()::int AS n FROM cand c
           WHERE c.overlap = 'allow'
              OR EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
           OFFSET 0) c
-    WHERE r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
+    WHERE r.ctid = c.t
     RETURNING r.schedule_name, r.scheduled_for, r.job, nullif(r.args, '{}') AS args, r.attempts, r.failures,
               r.origin, r.started_at, r.trace_id, r.span_id, r.created_trace_id, r.created_span_id
 ),
@@ -143,11 +145,11 @@ skipped AS (
     UPDATE fleet.job_runs r
     SET status = 'skipped', finished_at = coalesce(%(now)b, now()), last_outcome = 'skipped',
         start_by = NULL, last_error = %(overlap_error)s
-    FROM (SELECT c.schedule_name, c.scheduled_for FROM cand c
+    FROM (SELECT c.t FROM cand c
           WHERE c.overlap = 'skip' AND c.status = 'pending' AND c.attempts = 0
             AND (c.schedule_name, c.scheduled_for) NOT IN (SELECT g.name, g.running_slot FROM gate g)
           OFFSET 0) c
-    WHERE r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
+    WHERE r.ctid = c.t
     RETURNING r.schedule_name, r.scheduled_for
 ),
 out AS (
