@@ -22,6 +22,7 @@ SECTIONS = (
     "reclaim",
     "async",
     "jobsets",
+    "cost",
     "metrics",
     "retention",
     "health",
