@@ -1,11 +1,12 @@
 -- The classic queue cycle on fleet.job_runs: claim up to :batch due rows with SKIP LOCKED under a lease in
 -- one transaction, then finish them in a second one (two commits per batch).
 -- pgbench -n -M prepared -D batch=100 -f pgbench_claim_finish.sql; jobs/s = tps * batch.
+-- The claim takes one job's due runs, as a worker's does (the pending index is by job, then run_after).
 BEGIN;
 WITH c AS (
     SELECT schedule_name, scheduled_for
     FROM fleet.job_runs
-    WHERE status = 'pending' AND run_after <= now()
+    WHERE status = 'pending' AND job = 'bench.noop' AND run_after <= now()
     ORDER BY run_after
     LIMIT :batch
     FOR UPDATE SKIP LOCKED

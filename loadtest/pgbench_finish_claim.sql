@@ -1,6 +1,7 @@
 -- fleet's cycle on fleet.job_runs: finish the previous batch and claim the next (up to :batch due rows,
 -- SKIP LOCKED, under a lease) in one transaction (one commit per batch).
 -- pgbench -n -M prepared -D batch=100 -f pgbench_finish_claim.sql; jobs/s = tps * batch.
+-- The claim takes one job's due runs, as a worker's does (the pending index is by job, then run_after).
 BEGIN;
 UPDATE fleet.job_runs
 SET status = 'done', finished_at = now(), locked_pid = NULL, locked_until = NULL
@@ -8,7 +9,7 @@ WHERE status = 'running' AND locked_pid = :client_id;
 WITH c AS (
     SELECT schedule_name, scheduled_for
     FROM fleet.job_runs
-    WHERE status = 'pending' AND run_after <= now()
+    WHERE status = 'pending' AND job = 'bench.noop' AND run_after <= now()
     ORDER BY run_after
     LIMIT :batch
     FOR UPDATE SKIP LOCKED

@@ -67,43 +67,52 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- runs of one schedule serialise on the gate row and the second re-checks it under the lock.
 --
 -- Written for a plan that stays flat: each candidate is read once, locked, with the values it had
--- before (tracing links and a lost attempt's history need them); the updates join on the primary
--- key through a two-column subquery (OFFSET 0 keeps it narrow: an UPDATE copies each joined row
--- of a subquery whole); the previous status is the row's own value in SET, read under the lock.
+-- before (tracing links and a lost attempt's history need them); the updates reach the locked
+-- rows by their tuple id (`t`, a Tid Scan: no walk down the primary key), which cannot change
+-- while this transaction holds their locks, through a narrow subquery (OFFSET 0 keeps it narrow:
+-- an UPDATE copies each joined row of a subquery whole); the previous status is the row's own
+-- value in SET, read under the lock.
 -- The new attempt's trace and span ids are taken from `ids`, 24 random bytes per claimable row
 -- from the worker (the database's random UUIDs cost more and have fixed version bits).
 -- A run is skipped when it is not among the gates taken: NOT IN over the gate's keys (never NULL)
 -- is one hashed lookup per run, where NOT EXISTS was planned as a nested loop over both CTEs.
 -- The result has the columns of `out` and the schedule's, and 'overlap' in skipped_reason for a
 -- run recorded skipped (then only its key is set). Empty args come back as NULL: nothing to decode.
--- `now` has no cast (coalesce with now() gives it its type): the statement stays under psycopg's
--- 4 kB cache limit.
+-- Due runs are found job by job, in the order of `jobs`, each job's oldest first, through the
+-- index of pending runs by (job, run_after): a claim seeks to its own jobs' due runs and never
+-- reads past another job's backlog. The outer LIMIT stops the walk (and the locking) as soon as
+-- the batch is full; the worker turns its list of jobs round from one claim to the next, so that
+-- a backlog of one of its jobs does not hold its other jobs back.
+-- `now` has no cast (coalesce with now() gives it its type), and the locking clauses need not name
+-- their only table: the statement stays under psycopg's 4 kB cache limit.
 -- A run's first claim (attempts still 0) adds to its window the schedule's newest successful run
 -- before its slot and that run's result (fleet.previous_success, inlined: one probe of
 -- job_runs_done), kept on the run so that every later attempt sees the same window whatever
 -- finished meanwhile.
 WITH expired AS (
-    SELECT r.*
+    SELECT r.ctid AS t, r.*
     FROM fleet.job_runs r
     WHERE r.status = 'running' AND r.locked_until < coalesce(%(now)b, now())
       AND r.job = ANY(%(jobs)b::text[])
     ORDER BY r.locked_until
     LIMIT %(limit)s
-    FOR UPDATE OF r SKIP LOCKED
+    FOR UPDATE SKIP LOCKED
 ),
 due AS (
-    SELECT r.*
-    FROM fleet.job_runs r
-    WHERE r.status = 'pending' AND r.run_after <= coalesce(%(now)b, now())
-      AND r.job = ANY(%(jobs)b::text[])
-      AND (r.start_by IS NULL OR r.start_by >= coalesce(%(now)b, now()))
-      AND (r.overlap <> 'queue' OR NOT EXISTS (
-              SELECT 1 FROM fleet.job_runs e
-              WHERE e.schedule_name = r.schedule_name AND e.scheduled_for < r.scheduled_for
-                AND e.status IN ('pending', 'running')))
-    ORDER BY r.run_after
+    SELECT d.*
+    FROM unnest(%(jobs)b::text[]) j, LATERAL (
+        SELECT r.ctid AS t, r.*
+        FROM fleet.job_runs r
+        WHERE r.status = 'pending' AND r.job = j AND r.run_after <= coalesce(%(now)b, now())
+          AND (r.start_by IS NULL OR r.start_by >= coalesce(%(now)b, now()))
+          AND (r.overlap <> 'queue' OR NOT EXISTS (
+                  SELECT 1 FROM fleet.job_runs e
+                  WHERE e.schedule_name = r.schedule_name AND e.scheduled_for < r.scheduled_for
+                    AND e.status IN ('pending', 'running')))
+        ORDER BY r.run_after
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) d
     LIMIT %(limit)s
-    FOR UPDATE OF r SKIP LOCKED
 ),
 cand AS (SELECT * FROM expired UNION ALL SELECT * FROM due LIMIT %(limit)s),
 gate AS (
@@ -133,12 +142,12 @@ claimed AS (
         traced = %(traced)b,
         start_by = NULL,
         run_window = coalesce(r.run_window || w.found, r.run_window, w.found)
-    FROM (SELECT c.schedule_name, c.scheduled_for, c.attempts, row_number() OVER ()::int AS n FROM cand c
+    FROM (SELECT c.t, c.schedule_name, c.scheduled_for, c.attempts, row_number() OVER ()::int AS n FROM cand c
           WHERE c.overlap = 'allow'
              OR EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
           OFFSET 0) c
     LEFT JOIN LATERAL fleet.previous_success(c.schedule_name, c.scheduled_for, c.attempts) w ON true
-    WHERE r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
+    WHERE r.ctid = c.t
     RETURNING r.schedule_name, r.scheduled_for, r.job, nullif(r.args, '{}') AS args, r.attempts, r.failures,
               r.origin, r.started_at, r.trace_id, r.span_id, r.created_trace_id, r.created_span_id,
               r.run_window
@@ -147,11 +156,11 @@ skipped AS (
     UPDATE fleet.job_runs r
     SET status = 'skipped', finished_at = coalesce(%(now)b, now()), last_outcome = 'skipped',
         start_by = NULL, last_error = %(overlap_error)s
-    FROM (SELECT c.schedule_name, c.scheduled_for FROM cand c
+    FROM (SELECT c.t FROM cand c
           WHERE c.overlap = 'skip' AND c.status = 'pending' AND c.attempts = 0
             AND (c.schedule_name, c.scheduled_for) NOT IN (SELECT g.name, g.running_slot FROM gate g)
           OFFSET 0) c
-    WHERE r.schedule_name = c.schedule_name AND r.scheduled_for = c.scheduled_for
+    WHERE r.ctid = c.t
     RETURNING r.schedule_name, r.scheduled_for
 ),
 out AS (
@@ -305,11 +314,13 @@ FROM fin f
 -- run to come: with slots created ahead of their time (a lookahead over many schedules), that
 -- aggregate read every one of them at each wake of each idle worker. Sent after round_configure,
 -- in its transaction, so that stale statistics cannot turn the walk into a scan and a sort.
+-- The pending runs' index is by job: the first run to come of each job, the earliest of them.
 SELECT extract(epoch FROM least(
-           (SELECT r.run_after FROM fleet.job_runs r
-            WHERE r.status = 'pending' AND r.run_after > coalesce(%(now)b::timestamptz, now())
-              AND r.job = ANY(%(jobs)b::text[])
-            ORDER BY r.run_after LIMIT 1),
+           (SELECT min((SELECT r.run_after FROM fleet.job_runs r
+                        WHERE r.status = 'pending' AND r.job = j
+                          AND r.run_after > coalesce(%(now)b::timestamptz, now())
+                        ORDER BY r.run_after LIMIT 1))
+            FROM unnest(%(jobs)b::text[]) j),
            (SELECT r.locked_until FROM fleet.job_runs r
             WHERE r.status = 'running' AND r.locked_until > coalesce(%(now)b::timestamptz, now())
               AND r.job = ANY(%(jobs)b::text[])

@@ -64,12 +64,23 @@ merged AS (
 SELECT (SELECT count(*) FROM fin) AS runs, (SELECT count(*) FROM merged) AS schedules
 
 -- name: run_due_first
--- Whether a run is due and waiting to be claimed: the first entry of the pending index, if it is due.
-SELECT r.run_after
-FROM fleet.job_runs r
-WHERE r.status = 'pending' AND r.run_after <= %(now)s
-ORDER BY r.run_after
-LIMIT 1
+-- Whether a run is due and waiting to be claimed: the earliest due run of any job. The pending
+-- index is by (job, run_after): its jobs are walked one index probe each (a loose index scan: the
+-- next job after the last), and each job's first entry is looked at, so the answer costs a few
+-- probes per job, however many runs wait.
+WITH RECURSIVE jobs(job) AS (
+    (SELECT r.job FROM fleet.job_runs r WHERE r.status = 'pending' ORDER BY r.job LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.job FROM fleet.job_runs r WHERE r.status = 'pending' AND r.job > jobs.job
+            ORDER BY r.job LIMIT 1)
+    FROM jobs WHERE jobs.job IS NOT NULL
+)
+SELECT d.run_after
+FROM (SELECT min((SELECT r.run_after FROM fleet.job_runs r
+                  WHERE r.status = 'pending' AND r.job = jobs.job AND r.run_after <= %(now)s
+                  ORDER BY r.run_after LIMIT 1)) AS run_after
+      FROM jobs) d
+WHERE d.run_after IS NOT NULL
 
 -- name: stats_probe
 -- One batch of the first pass: the schedules after `after` by name, at most `limit`, each with its

@@ -43,11 +43,6 @@ EXIT_ABANDONED = 3
 EXIT_FORCED = 130
 
 
-# How long a mixed worker waits before asking again for the kind of job (sync or async) whose
-# claim came back empty while the other kind's came back full (a backlog of only the other kind).
-RECHECK_EMPTY_KIND_S = 1.0
-
-
 def run_round(
     conn: psycopg.Connection[Any],
     batch: list[tuple[Attempt, Outcome]],
@@ -89,6 +84,14 @@ def run_round(
     return batch, written, attempts, skipped
 
 
+def turned(jobs: Sequence[str], turn: int) -> Sequence[str]:
+    """`jobs` turned round by `turn` places: the order in which a claim walks them."""
+    if len(jobs) < 2:
+        return jobs
+    k = turn % len(jobs)
+    return [*jobs[k:], *jobs[:k]]
+
+
 @dataclass
 class WorkerResult:
     claimed: int = 0
@@ -114,11 +117,12 @@ class Worker:
         self.sync_jobs = [j for j in self.jobs if j not in self.async_jobs]
         self.async_job_list = sorted(self.async_jobs)
         self._looked_for: list[str] = self.jobs
-        # A mixed worker claims its sync and its async jobs with a statement each. A claim for jobs
-        # the backlog holds none of walks the whole backlog of the others to find that out; after
-        # such an empty claim beside a full one, that kind is asked for again only this much later.
-        self._skip_sync_until = 0.0
-        self._skip_async_until = 0.0
+        # A mixed worker claims its sync and its async jobs with a statement each, every round: a
+        # claim seeks straight to its own jobs' due runs (the pending index is by job), so the one
+        # for a kind with nothing due costs a few index probes, whatever the other kind's backlog.
+        # Claims walk their jobs in the order given, each job's due runs oldest first: the list is
+        # turned round by one at every claim, so that one job's backlog holds no other job back.
+        self._turn = 0
         self.aio: EventLoop | None = None  # made when there are async jobs
         self.n_async = 0  # async attempts in `inflight`
         # Attempts whose handler was asked to stop (timed out, lease lost) and has not returned
@@ -237,26 +241,21 @@ class Worker:
             if jobs:
                 limit = max(0, min(s.concurrency - (len(self.inflight) - self.n_async), s.claim_batch))
             async_limit = max(0, min(s.async_concurrency - self.n_async, s.claim_batch))
-            now = time.monotonic()
-            if limit and async_limit:
-                if now < self._skip_sync_until:
-                    limit = 0
-                elif now < self._skip_async_until:
-                    async_limit = 0
             # When nothing was claimed, the next wait looks at the jobs there was room for.
             self._looked_for = [*(jobs if limit else ()), *(self.async_job_list if async_limit else ())]
         result.requested = limit + async_limit
         if not batch and not result.requested:
             return result
+        self._turn += 1
         try:
             batch, written, attempts, skipped = run_round(
                 conn,
                 batch,
                 worker_id=s.worker_id,
-                jobs=jobs,
+                jobs=turned(jobs, self._turn),
                 limit=limit,
                 lease_s=s.lease_s,
-                async_jobs=self.async_job_list,
+                async_jobs=turned(self.async_job_list, self._turn),
                 async_limit=async_limit,
             )
         except psycopg.Error:
@@ -269,10 +268,6 @@ class Worker:
         if async_limit:
             n = sum(1 for a in attempts if a.job in self.async_jobs)
             result.full = n == async_limit or (bool(limit) and len(attempts) - n == limit)
-            if limit and n == 0 and len(attempts) == limit:
-                self._skip_async_until = time.monotonic() + RECHECK_EMPTY_KIND_S
-            elif limit and n == async_limit and len(attempts) == n:
-                self._skip_sync_until = time.monotonic() + RECHECK_EMPTY_KIND_S
         else:
             result.full = bool(limit) and len(attempts) == limit
         for k in skipped:

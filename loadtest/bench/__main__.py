@@ -56,6 +56,8 @@ MODULES = {
     "history": "loadtest.bench.history",
     "reclaim": "loadtest.bench.reclaim",
     "async": "loadtest.bench.async_handlers",
+    "jobsets": "loadtest.bench.jobsets",
+    "cost": "loadtest.bench.cost",
     "metrics": "loadtest.bench.metrics_scrape",
     "dashboard": "loadtest.bench.dashboard_cost",
     "retention": "loadtest.bench.retention",

@@ -21,6 +21,8 @@ SECTIONS = (
     "history",
     "reclaim",
     "async",
+    "jobsets",
+    "cost",
     "metrics",
     "retention",
     "health",

@@ -31,6 +31,8 @@ SECTIONS = {
     "million": "A million schedules: apply and one ticker",
     "history": "Drain over a long history of finished runs",
     "reclaim": "Reclaim after a worker is killed",
+    "jobsets": "Job sets: a mixed worker, and a pool beside another pool's backlog",
+    "cost": "Where a run's CPU goes, part by part",
     "dashboard": "Dashboard: each page's cost, and a live page's load on the database",
     "retention": "Built-in retention under a steady claim load",
     "health": "Health at 100,000 schedules over 20 million runs",

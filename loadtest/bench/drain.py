@@ -29,7 +29,8 @@ DONE_RUNS = (
 
 class FleetDrain:
     """W fleet-worker processes, --concurrency 100 --claim-batch 100, logs to files. The workers
-    reach the database through `worker_url` (a pooler) when given, with `flags` added."""
+    reach the database through `worker_url` (a pooler) when given, with `flags` added, and import
+    `app`; the backlog is drained when `still_open` finds no open run."""
 
     backlog_cap: int | None = None
 
@@ -44,8 +45,12 @@ class FleetDrain:
         worker_url: str | None = None,
         flags: tuple[str, ...] = (),
         label: str = "",
+        app: str = "loadtest.bench.jobs",
+        still_open: str = OPEN_RUNS,
     ) -> None:
         self.url = url
+        self.app = app
+        self.still_open = still_open
         self.worker_url = worker_url or url
         self.flags = flags
         self.vacuum = vacuum
@@ -74,7 +79,7 @@ class FleetDrain:
                     fleet_cmd(
                         "fleet-worker",
                         "--app",
-                        "loadtest.bench.jobs",
+                        self.app,
                         "--id",
                         f"bench-{i}",
                         *WORKER_FLAGS,
@@ -98,7 +103,7 @@ class FleetDrain:
             ready=lambda: self.ready(bench),
             load=load,
             tables=self.vacuum,
-            still_open=OPEN_RUNS,
+            still_open=self.still_open,
             measure=DONE_RUNS,
             n=n,
             ready_s=60.0 + self.processes,  # many processes start slowly on a few cores

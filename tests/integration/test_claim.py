@@ -101,6 +101,25 @@ def test_unknown_jobs_are_never_claimed(conn: psycopg.Connection[Any]) -> None:
     assert row(conn)["status"] == "pending"
 
 
+def test_a_claim_walks_its_jobs_in_the_order_given_each_oldest_first(conn: psycopg.Connection[Any]) -> None:
+    """Due runs are taken job by job in the order of the claim's list, each job's oldest first; the
+    batch stops at its limit, and a job later in the list is reached when the earlier ones run out."""
+    schedule(conn, "a", job="ja")
+    schedule(conn, "b", job="jb")
+    for i in range(4):
+        add_run(conn, "a", T0 + timedelta(minutes=i), job="ja")
+    add_run(conn, "b", T0 - timedelta(hours=1), job="jb")  # due before every run of ja
+    now = T0 + timedelta(hours=1)
+    got, _ = claim(conn, now, limit=3, jobs=("ja", "jb"))
+    assert {(a.schedule, a.slot) for a in got} == {("a", T0 + timedelta(minutes=i)) for i in range(3)}
+    got, _ = claim(conn, now, limit=3, jobs=("jb", "ja"))  # the worker's next claim turns the list
+    assert {(a.schedule, a.slot) for a in got} == {
+        ("b", T0 - timedelta(hours=1)),
+        ("a", T0 + timedelta(minutes=3)),
+    }
+    assert claim(conn, now, limit=3, jobs=("ja", "jb"))[0] == []
+
+
 def test_expired_lease_is_reclaimed_and_the_stale_worker_is_fenced(conn: psycopg.Connection[Any]) -> None:
     schedule(conn)
     add_run(conn, "s", T0)

@@ -116,6 +116,33 @@ def test_the_async_section_reports_a_thousand_async_handlers(server_url: str, tm
     assert figures["async.worker_cpu"]["value"] > 0 and figures["async.peak_rss"]["value"] > 0
 
 
+def test_the_jobsets_and_cost_sections_report_their_figures(server_url: str, tmp_path: Path) -> None:
+    """The worker beside other jobs' runs, and where a run's CPU goes: every figure is there."""
+    out = tmp_path / "bench.json"
+    argv = [sys.executable, "-m", "loadtest.bench", "--quick", "--only", "jobsets,cost"]
+    argv += ["--database-url", server_url, "--json", str(out), "--log-dir", str(tmp_path / "logs")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = {f["key"]: f for f in json.loads(out.read_text())["figures"]}
+    for key in (
+        "jobsets.single",
+        "jobsets.mixed",
+        "jobsets.beside",
+        "jobsets.mixed.ratio",
+        "jobsets.beside.ratio",
+    ):
+        assert (figures[key]["value"] or 0) > 0, figures[key]
+    assert figures["jobsets.beside.ratio"]["target"] == ">= 0.9", figures["jobsets.beside.ratio"]
+    for part in ("statements", "logs", "loop", "dispatch", "total"):
+        assert (figures[f"cost.worker.{part}"]["value"] or 0) > 0, part
+    worker = figures["cost.worker.total"]["value"]
+    parts = sum(figures[f"cost.worker.{p}"]["value"] for p in ("statements", "logs", "loop", "dispatch"))
+    assert abs(parts - worker) < 0.01 * worker + 0.01, (parts, worker)  # the parts make the whole
+    for part in ("claim", "finish", "attempt_row"):  # the server runs on this machine in the suite
+        assert (figures[f"cost.server.{part}"]["value"] or 0) > 0, part
+    assert figures["cost.server.notify"]["value"] == 0  # a drain's finishes wake nobody
+
+
 def test_the_herd_sustained_and_claimers_sections_report_their_figures(
     server_url: str, tmp_path: Path
 ) -> None:
