@@ -140,6 +140,8 @@ def _calendar_due(plan: Plan, calendar: Calendar) -> bool:
         skipped.append((slot, calendar.reason(excluded) if excluded is not None else why))
     plan.run = run
     plan.skipped = sorted(skipped)
+    if not run and not skipped:
+        plan.collapsed = None  # the calendar ended before the slot that stood for them: none is left
     if ended or (plan.next_run_at is not None and calendar.ended(plan.next_run_at)):
         plan.next_run_at, plan.ended = None, True
     return plan.ended

@@ -77,6 +77,7 @@ class FleetRun:
             workers=self.cfg.workers,
             max_workers=self.cfg.workers,
             tickers=self.cfg.tickers,
+            alerts=0,  # the load test declares no alert route: its fleet is tickers and workers
             apps=("loadtest.jobs",),
             env_file=str(self.workdir / "fleet.env"),
             env_allow=("PYTHONPATH",),  # the load test's jobs are imported from the repository
