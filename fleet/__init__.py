@@ -10,7 +10,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from fleet.audit import AuditRow
+    from fleet.admin.audit import AuditRow
     from fleet.client import Client
     from fleet.declare import Cron, Every, Retry, Schedule
     from fleet.errors import (
@@ -25,16 +25,16 @@ if TYPE_CHECKING:
         UnknownRun,
         UnknownSchedule,
     )
+    from fleet.health.ledger import ScheduleLedger, SlotRange, Verification
+    from fleet.health.results import Attempt, Run, RunHistory, RunStatus, ScheduleHealth, Triggered
     from fleet.jobs import JobContext, job
-    from fleet.ledger import ScheduleLedger, SlotRange, Verification
-    from fleet.results import Attempt, Run, RunHistory, RunStatus, ScheduleHealth, Triggered
-    from fleet.window import Collapsed, Window
+    from fleet.timing.window import Collapsed, Window
 
 # The rest is imported on first use: an application's job module imports `fleet` for `@fleet.job`
 # alone, without the database driver and its settings, and fleetctl starts without what its command
 # does not use.
 _LAZY = {
-    "AuditRow": "fleet.audit",
+    "AuditRow": "fleet.admin.audit",
     "Client": "fleet.client",
     **dict.fromkeys(
         (
@@ -53,10 +53,10 @@ _LAZY = {
     ),
     **dict.fromkeys(("Cron", "Every", "Retry", "Schedule"), "fleet.declare"),
     **dict.fromkeys(("JobContext", "job"), "fleet.jobs"),
-    **dict.fromkeys(("ScheduleLedger", "SlotRange", "Verification"), "fleet.ledger"),
-    **dict.fromkeys(("Collapsed", "Window"), "fleet.window"),
+    **dict.fromkeys(("ScheduleLedger", "SlotRange", "Verification"), "fleet.health.ledger"),
+    **dict.fromkeys(("Collapsed", "Window"), "fleet.timing.window"),
     **dict.fromkeys(
-        ("Attempt", "Run", "RunHistory", "RunStatus", "ScheduleHealth", "Triggered"), "fleet.results"
+        ("Attempt", "Run", "RunHistory", "RunStatus", "ScheduleHealth", "Triggered"), "fleet.health.results"
     ),
 }
 

@@ -17,17 +17,18 @@ from typing import Any
 
 import psycopg
 
-from fleet import audit, inspect, repair
-from fleet.apply import ApplyResult, apply_specs
-from fleet.audit import AuditRow
-from fleet.db import connect, permission_denied, redact, resolve_url
+from fleet.admin import audit, repair
+from fleet.admin.apply import ApplyResult, apply_specs
+from fleet.admin.audit import AuditRow
 from fleet.errors import DatabaseError, DatabaseUnavailable, FleetError, RequestError, SchemaMissing
-from fleet.inspect import DEFAULT_RUNS_LIMIT
-from fleet.ledger import Verification
-from fleet.migrate import current_version, latest_version
-from fleet.results import Run, RunHistory, RunStatus, ScheduleHealth, Triggered
-from fleet.schedfile import ScheduleSpec
-from fleet.verify import DEFAULT_LIMIT, DEFAULT_MAX_WINDOW, DEFAULT_RETENTION, MAX_LIMIT, verify
+from fleet.health import reading
+from fleet.health.ledger import Verification
+from fleet.health.reading import DEFAULT_RUNS_LIMIT
+from fleet.health.results import Run, RunHistory, RunStatus, ScheduleHealth, Triggered
+from fleet.health.verify import DEFAULT_LIMIT, DEFAULT_MAX_WINDOW, DEFAULT_RETENTION, MAX_LIMIT, verify
+from fleet.store.db import connect, permission_denied, redact, resolve_url
+from fleet.store.migrate import current_version, latest_version
+from fleet.timing.schedfile import ScheduleSpec
 
 DEFAULT_APPLICATION_NAME = "fleet-client"
 
@@ -125,7 +126,7 @@ class Client:
         by: str | None = None,
         note: str | None = None,
     ) -> ApplyResult:
-        """Make the database's schedules match `specs` (from `fleet.schedfile.load`), all or nothing:
+        """Make the database's schedules match `specs` (from `fleet.timing.schedfile.load`), all or nothing:
         create and update them, and with `prune` disable the schedules not among them. Each
         schedule changed gets an audit row. Raises SchemaMissing on a database that `fleetctl
         migrate` has not brought up to date."""
@@ -161,7 +162,7 @@ class Client:
         if isinstance(schedules, str):
             schedules = [schedules]
         with self._session() as conn:
-            return inspect.schedule_health(conn, schedules)
+            return reading.schedule_health(conn, schedules)
 
     # -- runs -----------------------------------------------------------------------------------
 
@@ -187,7 +188,7 @@ class Client:
         restarted and its attempts kept; returns [slot], or [] when it is pending or running already.
         RunStateError when the run is done or skipped."""
         with self._session() as conn:
-            return repair.run_retry(conn, schedule, inspect.aware(slot, "slot"), by=self._who(by), note=note)
+            return repair.run_retry(conn, schedule, reading.aware(slot, "slot"), by=self._who(by), note=note)
 
     def retry_dead(self, schedule: str, *, by: str | None = None, note: str | None = None) -> list[datetime]:
         """Retry every dead run of `schedule`; returns their slots, oldest first ([] when none)."""
@@ -202,7 +203,7 @@ class Client:
         [slot], or [] when it was discarded already; RunStateError when it is not dead."""
         with self._session() as conn:
             return repair.run_discard(
-                conn, schedule, inspect.aware(slot, "slot"), by=self._who(by), note=note
+                conn, schedule, reading.aware(slot, "slot"), by=self._who(by), note=note
             )
 
     def discard_dead(
@@ -218,13 +219,13 @@ class Client:
         """The runs of `schedule`, newest slot first: at most `limit`, only those with `status` if
         given (`discarded` finds the dead runs an operator discarded)."""
         with self._session() as conn:
-            return inspect.run_list(conn, schedule, status, limit)
+            return reading.run_list(conn, schedule, status, limit)
 
     def show(self, schedule: str, slot: datetime) -> RunHistory:
         """The run of `schedule` at `slot` with every attempt of it, the one in flight included.
         UnknownRun when the schedule has no run at that slot."""
         with self._session() as conn:
-            return inspect.run_history(conn, schedule, slot)
+            return reading.run_history(conn, schedule, slot)
 
     def audit(
         self,
@@ -235,10 +236,10 @@ class Client:
         """Who did what, newest first: the audit rows of `schedule` (with those of applies too
         large to record per schedule), or of every schedule, from `since` on, at most `limit`.
         UnknownSchedule when `schedule` does not exist."""
-        since = None if since is None else inspect.aware(since, "since")
+        since = None if since is None else reading.aware(since, "since")
         with self._session() as conn:
             if schedule is not None:
-                inspect.schedules_require(conn, [schedule])
+                reading.schedules_require(conn, [schedule])
             return audit.audit_list(conn, schedule, since, limit)
 
     # -- the slot ledger ------------------------------------------------------------------------
@@ -265,8 +266,8 @@ class Client:
         """
         if isinstance(schedules, str):
             schedules = [schedules]
-        since = None if since is None else inspect.aware(since, "since")
-        until = None if until is None else inspect.aware(until, "until")
+        since = None if since is None else reading.aware(since, "since")
+        until = None if until is None else reading.aware(until, "until")
         if not 1 <= limit <= MAX_LIMIT:
             raise RequestError(f"limit: must be from 1 to {MAX_LIMIT}, got {limit}")
         if max_window <= timedelta(0):

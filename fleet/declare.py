@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict, Unpack
 
 from fleet.errors import ScheduleFileError
-from fleet.schedfile import MAX_ARGS_BYTES, CatchUp, Overlap, ScheduleSpec, load, parse_entry, shown
+from fleet.timing.schedfile import MAX_ARGS_BYTES, CatchUp, Overlap, ScheduleSpec, load, parse_entry, shown
 
 Duration = str | int | float | timedelta
 

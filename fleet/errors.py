@@ -75,7 +75,7 @@ class RunStateError(RequestError):
         self.status = status
 
 
-# The name `fleet.migrate.check_schema` raises; one type with SchemaMissing.
+# The name `fleet.store.migrate.check_schema` raises; one type with SchemaMissing.
 SchemaOutdated = SchemaMissing
 
 

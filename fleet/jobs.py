@@ -18,7 +18,7 @@ from typing import Any
 
 from fleet.declare import Schedule
 from fleet.errors import Cancelled
-from fleet.window import NO_WINDOW, Window
+from fleet.timing.window import NO_WINDOW, Window
 
 Handler = Callable[["JobContext"], Any]
 

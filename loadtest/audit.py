@@ -1,7 +1,7 @@
 """The audit: from the database alone, did every due slot end done or dead, and was no effect doubled?
 
 Slots due are computed from each schedule's timing between its start and the end of the load window
-(fleet.schedule.slots_between), independently of `job_runs`; the runs, the attempt history, the
+(fleet.timing.schedule.slots_between), independently of `job_runs`; the runs, the attempt history, the
 ledger and the executions the job recorded are then held against them. Every invariant is a Check;
 the verdict holds only when all of them do. Figures (lag, reclaim delay, throughput, memory) and
 per-second series for the timeline come with it.
@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from fleet.jobs import idempotency_key
-from fleet.schedule import slots_between, timing_of
+from fleet.timing.schedule import slots_between, timing_of
 from loadtest.jobs import JOB, WorkArgs, is_permanent
 from loadtest.measures import Key, fault_explains, percentile, reclaims, repeat_cause, series, stats
 from loadtest.queries import q

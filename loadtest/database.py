@@ -15,10 +15,10 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from fleet.db import connect, redact
-from fleet.embedded import EMBEDDED_DIR, as_user, embedded_url, stop_embedded
 from fleet.errors import DatabaseUnavailable
-from fleet.migrate import migrate
+from fleet.store.db import connect, redact
+from fleet.store.embedded import EMBEDDED_DIR, as_user, embedded_url, stop_embedded
+from fleet.store.migrate import migrate
 from loadtest.queries import SCHEMA, q
 
 RESTART_TIMEOUT_S = 60.0

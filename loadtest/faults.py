@@ -24,8 +24,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from fleet.db import connect
-from fleet.supervisor import WORKER_GROUP
+from fleet.process.supervisor import WORKER_GROUP
+from fleet.store.db import connect
 from loadtest.database import Server, db_clock
 from loadtest.fleetrun import FleetRun, Peak, vm_hwm_kb
 from loadtest.profile import LoadConfig

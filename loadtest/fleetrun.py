@@ -1,5 +1,5 @@
 """A real fleet for the load test: tickers and workers under supervisord, configured by fleet's own
-rendering (fleet.supervisor) and driven over its control socket (ops.control).
+rendering (fleet.process.supervisor) and driven over its control socket (ops.control).
 
 Everything lives in the work directory: the environment file (database URL, short leases), the
 supervisord configuration, the control socket and one log file per process. Stopping is thorough:
@@ -24,9 +24,9 @@ from typing import Any
 
 import psycopg
 
-from fleet.envfile import render_env
 from fleet.ops.control import ProcInfo, Supervisor, SupervisorUnavailable
-from fleet.supervisor import TICKER_STOPWAIT_S, SupervisorOptions, render
+from fleet.process.envfile import render_env
+from fleet.process.supervisor import TICKER_STOPWAIT_S, SupervisorOptions, render
 from loadtest.profile import LoadConfig
 from loadtest.queries import q
 

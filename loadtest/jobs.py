@@ -22,7 +22,7 @@ from psycopg_pool import ConnectionPool
 
 import fleet
 from fleet import JobContext
-from fleet.pool import make_pool
+from fleet.store.pool import make_pool
 from loadtest.queries import q
 
 JOB = "loadtest.work"

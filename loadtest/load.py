@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from fleet.apply import apply_specs
-from fleet.schedfile import load
+from fleet.admin.apply import apply_specs
+from fleet.timing.schedfile import load
 from loadtest.database import db_clock
 from loadtest.jobs import JOB
 from loadtest.profile import LoadConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from fleet.queries import parse_statements
+from fleet.store.queries import parse_statements
 
 STATEMENTS: dict[str, str] = parse_statements(
     resources.files("loadtest").joinpath("queries.sql").read_text(encoding="utf-8")

@@ -15,9 +15,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from fleet.db import connect
-from fleet.embedded import stop_embedded
-from fleet.queries import q as fleet_q
+from fleet.store.db import connect
+from fleet.store.embedded import stop_embedded
+from fleet.store.queries import q as fleet_q
 from loadtest import report
 from loadtest.audit import AuditResult, audit
 from loadtest.database import Server, create_database, database_name, db_clock, prepare, retrying, shown

@@ -81,9 +81,9 @@ def closed_port() -> int:
 def scratch_database() -> Iterator[str]:
     from psycopg.conninfo import make_conninfo
 
-    from fleet.db import connect
-    from fleet.embedded import embedded_url
-    from fleet.migrate import migrate
+    from fleet.store.db import connect
+    from fleet.store.embedded import embedded_url
+    from fleet.store.migrate import migrate
 
     server = os.environ.get("FLEET_DATABASE_URL") or embedded_url(ROOT)
     name = f"fleet_tracing_bench_{os.getpid()}"
@@ -113,7 +113,7 @@ class Trial:
 
 def trial(url: str, mode: str, runs: int, worker_args: list[str], endpoint: str) -> Trial:
     """Run `runs` no-op runs through one worker process."""
-    from fleet.db import connect
+    from fleet.store.db import connect
 
     with connect(url, "fleet-bench") as conn:
         conn.execute("TRUNCATE fleet.job_attempts, fleet.job_runs")

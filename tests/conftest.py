@@ -18,9 +18,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from fleet.db import connect
 from fleet.errors import DatabaseUnavailable
-from fleet.migrate import migrate
+from fleet.store.db import connect
+from fleet.store.migrate import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 _counter = itertools.count()
@@ -33,7 +33,7 @@ def server_url() -> Iterator[str]:
         check_server(url)
         yield url
         return
-    from fleet.embedded import EMBEDDED_DIR, embedded_url, stop_embedded
+    from fleet.store.embedded import EMBEDDED_DIR, embedded_url, stop_embedded
 
     was_running = (ROOT / EMBEDDED_DIR / "postmaster.pid").exists()
     url = embedded_url(ROOT)

@@ -12,13 +12,13 @@ from contextlib import contextmanager
 
 import pytest
 
-from fleet.db import connect
 from fleet.ops.dashboard.app import Dashboard
 from fleet.ops.dashboard.config import settings_from
 from fleet.ops.dashboard.server import DashboardServer
 from fleet.ops.metrics import FleetCollector
 from fleet.ops.targets import iso
-from fleet.pool import make_pool
+from fleet.store.db import connect
+from fleet.store.pool import make_pool
 from tests.integration.ops_support import fleetctl, samples
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from fleet.db import connect
-from fleet.migrate import migrate
+from fleet.store.db import connect
+from fleet.store.migrate import migrate
 
 HEADER = (
     "-- The schema `fleet` as migrations build it, in canonical form (generated: python -m\n"

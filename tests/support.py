@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 import orjson
 import psycopg
 
-from fleet.apply import ApplyResult, apply_specs
-from fleet.registry import process_register
-from fleet.schedfile import load
+from fleet.admin.apply import ApplyResult, apply_specs
+from fleet.store.registry import process_register
+from fleet.timing.schedfile import load
 
 ROOT = Path(__file__).resolve().parent.parent
 # A worker's flags for multi-process tests: a short lease, heartbeat and poll (seconds, not minutes).

@@ -81,7 +81,7 @@ def render_parser(title: str, parser: argparse.ArgumentParser, level: int = 2) -
 def render() -> str:
     """The Markdown of every command and subcommand."""
     from fleet.ops.cli import parser as fleetctl_parser
-    from fleet.settings import ticker_parser, worker_parser
+    from fleet.process.settings import ticker_parser, worker_parser
 
     fleetctl, _ = fleetctl_parser()
     _wide(fleetctl)

@@ -10,11 +10,11 @@ import threading
 from datetime import UTC, datetime
 from typing import Any
 
-from fleet import logs
-from fleet.alert.settings import AlertSettings, add_flags, alert_settings
-from fleet.db import connect, resolve_url, url_params
+from fleet.alert.options import AlertSettings, add_flags, alert_settings
 from fleet.errors import UsageError
-from fleet.queries import q
+from fleet.observe import logs
+from fleet.store.db import connect, resolve_url, url_params
+from fleet.store.queries import q
 
 Command = Any
 
@@ -50,7 +50,7 @@ def cmd_alert(args: argparse.Namespace) -> int:
     settings = alert_settings(args, _url(args), os.environ)
     assert settings.database_url is not None
     if args.test:
-        from fleet.migrate import check_schema
+        from fleet.store.migrate import check_schema
 
         with connect(settings.database_url, "fleetctl alert") as conn:
             check_schema(conn)
@@ -66,14 +66,14 @@ def cmd_alert(args: argparse.Namespace) -> int:
         finally:
             stop.set()
 
-    from fleet.signals import on_stop_signal
+    from fleet.process.signals import on_stop_signal
 
     on_stop_signal(on_signal)
     return Alerter(settings, stop).run()
 
 
 def _routes(conn: Any) -> dict[str, Any]:
-    from fleet.alert_routes import route_from_row
+    from fleet.admin.alert_routes import route_from_row
 
     return {r["name"]: route_from_row(r) for r in conn.execute(q("alert_route_list"))}
 

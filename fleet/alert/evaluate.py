@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
-from fleet.alert_routes import AlertRoute
-from fleet.health import FLEET_VERDICTS, FleetHealth, retrying_text
-from fleet.results import ScheduleHealth
+from fleet.admin.alert_routes import AlertRoute
+from fleet.health.results import ScheduleHealth
+from fleet.health.verdicts import FLEET_VERDICTS, FleetHealth, retrying_text
 
 # The subject of the fleet's own verdicts (a schedule's name is never empty).
 FLEET: Final = ""

@@ -24,18 +24,18 @@ import orjson
 import psycopg
 from psycopg.types.json import Jsonb
 
-from fleet import logs
+from fleet.admin.alert_routes import AlertRoute, route_from_row
 from fleet.alert.evaluate import OpenProblem, conditions, plan
+from fleet.alert.options import GIVE_UP_S, KEEP_S, RETRY_BASE_S, RETRY_CAP_S, AlertSettings
 from fleet.alert.send import DeliveryFailed, send
-from fleet.alert.settings import GIVE_UP_S, KEEP_S, RETRY_BASE_S, RETRY_CAP_S, AlertSettings
-from fleet.alert_routes import AlertRoute, route_from_row
-from fleet.backoff import backoff_delay
-from fleet.chores import Chore, Progress, Step, next_wait, register, run_due
-from fleet.db import connect, describe, permission_denied
 from fleet.errors import DatabaseUnavailable, SchemaOutdated
-from fleet.inspect import health_report
-from fleet.migrate import check_schema
-from fleet.queries import q
+from fleet.health.reading import health_report
+from fleet.observe import logs
+from fleet.store.chores import Chore, Progress, Step, next_wait, register, run_due
+from fleet.store.db import connect, describe, permission_denied
+from fleet.store.migrate import check_schema
+from fleet.store.queries import q
+from fleet.timing.backoff import backoff_delay
 
 CHORE: Final = "alert_evaluate"
 # After losing the database, the next try comes this much later; after an unexpected error, this.

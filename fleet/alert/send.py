@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import orjson
 
-from fleet.alert_routes import AlertRoute
+from fleet.admin.alert_routes import AlertRoute
 
 USER_AGENT: Final = "fleet-alert"
 _ICONS: Final = {"alert": ":rotating_light:", "repeat": ":rotating_light:", "recovery": ":white_check_mark:"}

@@ -10,10 +10,10 @@ from typing import Any
 
 import psycopg
 
-from fleet.alert_routes import RoutesResult
-from fleet.apply import ApplyResult, Change
-from fleet.registry import STALE_AFTER_S, process_live_jobs
-from fleet.schedfile import ScheduleSpec
+from fleet.admin.alert_routes import RoutesResult
+from fleet.admin.apply import ApplyResult, Change
+from fleet.store.registry import STALE_AFTER_S, process_live_jobs
+from fleet.timing.schedfile import ScheduleSpec
 
 # Names (and planned changes, and warnings) printed at most: a screenful; the rest are counted.
 SCREENFUL = 20

@@ -14,7 +14,6 @@ from typing import Any, NoReturn
 
 import psycopg
 
-from fleet.db import describe, permission_denied
 from fleet.errors import (
     ConfigError,
     FleetError,
@@ -25,17 +24,18 @@ from fleet.errors import (
     SchemaOutdated,
     UsageError,
 )
+from fleet.observe.printable import printable
 from fleet.ops.connection import db, require_schema
-from fleet.printable import printable
-from fleet.signals import interrupts_deferred
-from fleet.usage import Parser
+from fleet.process.signals import interrupts_deferred
+from fleet.process.usage import Parser
+from fleet.store.db import describe, permission_denied
 
 Command = Callable[[argparse.Namespace], int]
 MAX_ARGS_LIMIT = 16 * 1024 * 1024  # what --max-args-bytes may raise the bound to
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from fleet.migrate import ROLES, migrate
+    from fleet.store.migrate import ROLES, migrate
 
     with db(args) as conn:
         applied = migrate(conn, roles=args.roles)
@@ -46,9 +46,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from fleet.alert_routes import apply_routes, gather_all
-    from fleet.apply import apply_specs
-    from fleet.audit import check_by, check_note
+    from fleet.admin.alert_routes import apply_routes, gather_all
+    from fleet.admin.apply import apply_specs
+    from fleet.admin.audit import check_by, check_note
     from fleet.declare import declared
     from fleet.ops.apply_report import print_plan, print_result, print_routes, warn_unserved
 
@@ -117,10 +117,10 @@ def _one_line(e: BaseException) -> str:
 
 # Each of these modules adds its subcommands: `add_commands(subparsers) -> dict[name, handler]`.
 COMMAND_MODULES = (
-    "fleet.ops.inspect",
-    "fleet.ops.repair",
-    "fleet.ops.verify",
-    "fleet.ops.audit",
+    "fleet.ops.status",
+    "fleet.ops.repair_commands",
+    "fleet.ops.verify_report",
+    "fleet.ops.audit_report",
     "fleet.ops.metrics",
     "fleet.ops.supervise",
     "fleet.ops.dashboard.command",
@@ -129,12 +129,12 @@ COMMAND_MODULES = (
 # The module of each of their commands: a command line that names one imports that module alone
 # (`fleetctl status` starts without the metrics' or the dashboard's), --help and the rest all of them.
 COMMAND_MODULE = {
-    **dict.fromkeys(("status", "runs", "show", "dead", "trace", "workers"), "fleet.ops.inspect"),
+    **dict.fromkeys(("status", "runs", "show", "dead", "trace", "workers"), "fleet.ops.status"),
     **dict.fromkeys(
-        ("trigger", "backfill", "pause", "resume", "retry", "discard", "prune"), "fleet.ops.repair"
+        ("trigger", "backfill", "pause", "resume", "retry", "discard", "prune"), "fleet.ops.repair_commands"
     ),
-    "verify": "fleet.ops.verify",
-    "audit": "fleet.ops.audit",
+    "verify": "fleet.ops.verify_report",
+    "audit": "fleet.ops.audit_report",
     "metrics": "fleet.ops.metrics",
     **dict.fromkeys(("up", "down", "scale", "supervisor-config", "exec-env"), "fleet.ops.supervise"),
     "dashboard": "fleet.ops.dashboard.command",
@@ -212,7 +212,7 @@ def parser(command: str | None = None) -> tuple[argparse.ArgumentParser, dict[st
 def add_apply(sub: Any) -> Command:
     """Add the `apply` command. Its limit comes from the schedules file's reader, imported here: a
     command line naming a command of the other modules starts without it."""
-    from fleet.schedfile import MAX_ARGS_BYTES
+    from fleet.timing.schedfile import MAX_ARGS_BYTES
 
     ap = sub.add_parser(
         "apply",

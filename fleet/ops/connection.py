@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from fleet.db import connect, resolve_url, url_params
+from fleet.store.db import connect, resolve_url, url_params
 
 if TYPE_CHECKING:
     from fleet.client import Client
@@ -39,6 +39,6 @@ def require_schema(conn: psycopg.Connection[Any]) -> None:
     """Refuse (SchemaOutdated, exit 2) a database whose fleet schema is missing or older than this
     fleet's: only `fleetctl migrate` changes the schema, so the role that applies schedules needs no
     DDL rights."""
-    from fleet.migrate import check_schema
+    from fleet.store.migrate import check_schema
 
     check_schema(conn)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.errors import FleetError
-from fleet.supervisor import WORKER_GROUP, slot_number
+from fleet.process.supervisor import WORKER_GROUP, slot_number
 
 _ACTIVE = ("RUNNING", "STARTING", "BACKOFF")
 _STOPPED = ("STOPPED", "EXITED", "FATAL", "UNKNOWN")

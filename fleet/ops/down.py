@@ -18,7 +18,8 @@ import xmlrpc.client
 from collections.abc import Callable
 from pathlib import Path
 
-from fleet.embedded import (
+from fleet.ops.control import Supervisor, SupervisorUnavailable, serverurl_from_config
+from fleet.store.embedded import (
     EMBEDDED_DIR,
     FLEET_DIR,
     embedded_pid,
@@ -29,7 +30,6 @@ from fleet.embedded import (
     stop_embedded,
     up_running,
 )
-from fleet.ops.control import Supervisor, SupervisorUnavailable, serverurl_from_config
 
 # How long `up` may take to stop: its workers' grace, supervisord's margin, the ticker; a little more.
 UP_STOP_TIMEOUT_S = 300.0

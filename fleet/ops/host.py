@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from fleet.errors import UsageError
-from fleet.settings import DEFAULT_GRACE_S
+from fleet.process.settings import DEFAULT_GRACE_S
 
 
 def default_bin_dir() -> Path:

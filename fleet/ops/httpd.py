@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
-from fleet import logs
 from fleet.errors import UsageError
+from fleet.observe import logs
 
 # A bearer token shorter than this is refused: it is the only secret between a port and anyone.
 MIN_TOKEN_CHARS: Final = 16

@@ -12,13 +12,13 @@ from typing import Any
 
 import psycopg
 
-from fleet import inspect
+from fleet.health import reading
+from fleet.health.results import ScheduleHealth
+from fleet.observe.printable import printable
 from fleet.ops.control import ProcInfo
-from fleet.ops.inspect import fleet_lines, live_processes, verdict_text
-from fleet.printable import printable
-from fleet.queries import q
-from fleet.results import ScheduleHealth
-from fleet.supervisor import ALERT_PROGRAM
+from fleet.ops.status import fleet_lines, live_processes, verdict_text
+from fleet.process.supervisor import ALERT_PROGRAM
+from fleet.store.queries import q
 
 COLUMNS = (
     "SCHEDULE",
@@ -55,7 +55,7 @@ class Snapshot:
 def read_database(conn: psycopg.Connection[Any], snap: Snapshot) -> None:
     """Each schedule's `fleetctl status` verdict and open and dead runs, what it did in the last
     hour, the processes seen, and the runs that the workers of `snap.processes` hold."""
-    fleet, found = inspect.health_report(conn)
+    fleet, found = reading.health_report(conn)
     snap.fleet = fleet_lines(fleet, found)
     recent = {r["schedule_name"]: r for r in conn.execute(q("run_recent_counts"), {"now": None})}
     now = conn.execute(q("clock_now")).fetchone()

@@ -24,18 +24,18 @@ from typing import Any, Final
 
 import psycopg
 
-from fleet import logs
-from fleet.db import connect, redact, resolve_url
 from fleet.errors import DatabaseUnavailable, UsageError
-from fleet.health import FleetHealth
-from fleet.inspect import HEALTH_FIELDS, health_rows
-from fleet.ops import health
+from fleet.health import verdicts
+from fleet.health.reading import HEALTH_FIELDS, health_rows
+from fleet.health.verdicts import FleetHealth
+from fleet.observe import logs
 from fleet.ops.httpd import MAX_CONNECTIONS, Credentials, credentials_from
-from fleet.ops.inspect import live_processes
 from fleet.ops.metrics_server import DEFAULT_INTERVAL_S, Exposition, MetricsServer, tls_context
-from fleet.queries import q
-from fleet.registry import CRASH_RECENT_S
-from fleet.signals import on_stop_signal
+from fleet.ops.status import live_processes
+from fleet.process.signals import on_stop_signal
+from fleet.store.db import connect, redact, resolve_url
+from fleet.store.queries import q
+from fleet.store.registry import CRASH_RECENT_S
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 # A run is counted once its finish is this old: a finish stamped with its transaction's start time
@@ -219,7 +219,7 @@ class FleetCollector:
                     "gauge",
                     "schedules by verdict: one alert on the unhealthy ones, whatever their number",
                     "".join(
-                        f'fleet_schedules{{verdict="{v}"}} {_num(by_verdict[v])}\n' for v in health.SEVERITY
+                        f'fleet_schedules{{verdict="{v}"}} {_num(by_verdict[v])}\n' for v in verdicts.SEVERITY
                     ),
                 )
             )
@@ -289,13 +289,13 @@ class FleetCollector:
             bool,
         )
 
-        def verdicts(lo: int, hi: int) -> str:
+        def verdict_lines(lo: int, hi: int) -> str:
             # one line per schedule and verdict: the schedule's label with each verdict added
             lines: list[str] = []
             for label, current in zip(labels[lo:hi], current_verdicts[lo:hi], strict=True):
                 stem = "fleet_schedule_verdict" + label[:-2]
                 lines.extend(
-                    f'{stem},verdict="{v}"}} {_ONE if v == current else _ZERO}\n' for v in health.SEVERITY
+                    f'{stem},verdict="{v}"}} {_ONE if v == current else _ZERO}\n' for v in verdicts.SEVERITY
                 )
             return "".join(lines)
 
@@ -304,7 +304,7 @@ class FleetCollector:
             "fleet_schedule_verdict",
             "gauge",
             "1 for the schedule's current verdict, 0 for the others",
-            self._samples("fleet_schedule_verdict", current_verdicts, verdicts),
+            self._samples("fleet_schedule_verdict", current_verdicts, verdict_lines),
         )
         yield from gauge(
             "fleet_schedule_since_last_success_seconds",

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from fleet import logs
+from fleet.observe import logs
 from fleet.ops.httpd import DEADLINE_S, MAX_CONNECTIONS, BoundedHTTPServer, Credentials
 
 DEFAULT_INTERVAL_S = 15.0

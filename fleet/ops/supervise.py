@@ -9,11 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fleet.envfile import read_env_file
 from fleet.errors import ConfigError, UsageError
 from fleet.ops.control import Supervisor, SupervisorUnavailable, scale_workers, serverurl_from_config
 from fleet.ops.host import default_bin_dir, default_grace
-from fleet.supervisor import DEFAULT_MAX_WORKERS, SupervisorOptions, render
+from fleet.process.envfile import read_env_file
+from fleet.process.supervisor import DEFAULT_MAX_WORKERS, SupervisorOptions, render
 
 Command = Callable[[argparse.Namespace], int]
 UP_CONFIG = Path(".fleet") / "supervisord.conf"

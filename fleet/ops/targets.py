@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 
 from fleet.errors import UsageError
-from fleet.inspect import why_no_run
-from fleet.queries import q
+from fleet.health.reading import why_no_run
+from fleet.store.queries import q
 
 _BARE_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
@@ -29,7 +29,7 @@ def parse_instant(text: str, flag: str) -> datetime:
 
 def parse_span(text: str, flag: str) -> timedelta:
     """A duration in the schedules file's notation (``30s``, ``7d``, ``1h30m``)."""
-    from fleet.schedule import TimingError, parse_duration
+    from fleet.timing.schedule import TimingError, parse_duration
 
     try:
         return parse_duration(text, flag)

@@ -3,7 +3,7 @@
 Everything it starts lives in `.fleet/`: the embedded database (`pgdata/`, only when FLEET_DATABASE_URL
 is unset), the environment file and supervisord configuration it renders, the logs, `up.lock`, held
 while it runs so a second `up` here refuses to start, and `up.json`, through which the other commands
-started here find the embedded database (see fleet.embedded). `fleetctl down` stops what a crashed
+started here find the embedded database (see fleet.store.embedded). `fleetctl down` stops what a crashed
 `up` left behind.
 """
 
@@ -28,28 +28,11 @@ from typing import Any
 
 import psycopg
 
-from fleet.alert_routes import AlertRoute, apply_routes, gather_all
-from fleet.apply import apply_specs
-from fleet.apps import import_apps
-from fleet.command_jobs import load_command_jobs
-from fleet.db import connect, redact, url_params
+from fleet.admin.alert_routes import AlertRoute, apply_routes, gather_all
+from fleet.admin.apply import apply_specs
 from fleet.declare import declared
-from fleet.embedded import (
-    EMBEDDED_DIR,
-    FLEET_DIR,
-    UpState,
-    embedded_pid,
-    pid_alive,
-    read_up_state,
-    remove_up_state,
-    start_embedded,
-    stop_embedded,
-    write_up_state,
-)
-from fleet.envfile import render_env
 from fleet.errors import ConfigError, UsageError
 from fleet.jobs import registered
-from fleet.migrate import migrate
 from fleet.ops import live
 from fleet.ops.control import ProcInfo, Supervisor, SupervisorUnavailable
 from fleet.ops.dashboard.command import RunningDashboard
@@ -62,10 +45,27 @@ from fleet.ops.dashboard.config import (
 )
 from fleet.ops.down import left_supervisord, runs_with, stop_left_supervisord
 from fleet.ops.host import default_bin_dir, default_grace
-from fleet.queries import q
-from fleet.schedfile import ScheduleSpec, load
-from fleet.signals import on_stop_signal
-from fleet.supervisor import TICKER_STOPWAIT_S, SupervisorOptions, render
+from fleet.process.apps import import_apps
+from fleet.process.command_jobs import load_command_jobs
+from fleet.process.envfile import render_env
+from fleet.process.signals import on_stop_signal
+from fleet.process.supervisor import TICKER_STOPWAIT_S, SupervisorOptions, render
+from fleet.store.db import connect, redact, url_params
+from fleet.store.embedded import (
+    EMBEDDED_DIR,
+    FLEET_DIR,
+    UpState,
+    embedded_pid,
+    pid_alive,
+    read_up_state,
+    remove_up_state,
+    start_embedded,
+    stop_embedded,
+    write_up_state,
+)
+from fleet.store.migrate import migrate
+from fleet.store.queries import q
+from fleet.timing.schedfile import ScheduleSpec, load
 
 DEMO_APP = "fleet.examples.demo_jobs"
 _READY_TIMEOUT_S = 30.0
@@ -110,7 +110,7 @@ class UpLock:
         """None when acquired, else the pid of the process holding it (0 if unknown)."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         # Other commands look for a running `up` by taking a shared lock for an instant
-        # (fleet.embedded.up_running): a refusal is final only when it lasts.
+        # (fleet.store.embedded.up_running): a refusal is final only when it lasts.
         end = time.monotonic() + _LOCK_PATIENCE_S
         while True:
             try:

@@ -1,4 +1,4 @@
--- Statements of the slot ledger (fleet.verify): a window's schedules and their runs, read in one
+-- Statements of the slot ledger (fleet.health.verify): a window's schedules and their runs, read in one
 -- snapshot.
 
 -- name: ledger_begin
@@ -26,7 +26,7 @@ ORDER BY s.name
 -- A schedule's runs in [from, until], in slot order, packed: one row per span of `step_us`
 -- microseconds from `from`, holding its runs as 16-byte records (the slot as timestamptz_send
 -- gives it, microseconds since 2000-01-01 UTC, then its int8 code, fleet.ledger_code: a slot the
--- schedule's calendar excludes is among its "anything else", and fleet.ledger tells it by the
+-- schedule's calendar excludes is among its "anything else", and fleet.health.ledger tells it by the
 -- calendar). A row per run would cost the driver a step per run; a span's records are unpacked at
 -- once. Each span is a range of the primary key; the attempts are looked up only for a run done
 -- after more than one.

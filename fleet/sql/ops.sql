@@ -3,7 +3,7 @@
 -- name: schedule_health
 -- Per schedule, the numbers its health verdict is made of, at a cost in schedules, not in history:
 -- the newest success and finished run come from schedule_stats (kept by the tickers' roll-up,
--- fleet.rollup) merged with the runs finished since the roll-up's mark minus its margin (through
+-- fleet.health.rollup) merged with the runs finished since the roll-up's mark minus its margin (through
 -- job_runs_finished), so a read is exact at once; dead runs are counted through job_runs_dead. A
 -- schedule the roll-up has not covered yet (its first pass still under way) is probed through its
 -- primary key, and so is the newest finished run of one whose stats a retry or discard made dirty.
@@ -285,7 +285,7 @@ ungate AS (
     FROM retried x
     WHERE s.name = x.schedule_name AND s.running_slot = x.scheduled_for
 ),
--- the schedule's newest finished run may have changed: health probes it again (fleet.rollup)
+-- the schedule's newest finished run may have changed: health probes it again (fleet.health.rollup)
 dirtied AS (
     UPDATE fleet.schedule_stats st SET dirty = st.dirty + 1
     WHERE st.name = %(name)s AND EXISTS (SELECT 1 FROM retried)
@@ -310,7 +310,7 @@ ungate AS (
     FROM discarded x
     WHERE s.name = x.schedule_name AND s.running_slot = x.scheduled_for
 ),
--- the schedule's newest finished run may have changed: health probes it again (fleet.rollup)
+-- the schedule's newest finished run may have changed: health probes it again (fleet.health.rollup)
 dirtied AS (
     UPDATE fleet.schedule_stats st SET dirty = st.dirty + 1
     WHERE st.name = %(name)s AND EXISTS (SELECT 1 FROM discarded)

@@ -1,4 +1,4 @@
--- Statements of the health roll-up (fleet.rollup): `schedule_stats` keeps each schedule's newest
+-- Statements of the health roll-up (fleet.health.rollup): `schedule_stats` keeps each schedule's newest
 -- success and newest finished run, so that health is read without rescanning history. Newest means
 -- the latest slot (for the same slot, the latest finish), as in the probes it replaces.
 

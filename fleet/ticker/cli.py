@@ -9,11 +9,11 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from fleet import logs, telemetry
-from fleet.db import resolve_url
 from fleet.errors import ConfigError, DatabaseUnavailable
-from fleet.settings import ticker_settings
-from fleet.signals import on_stop_signal
+from fleet.observe import logs, telemetry
+from fleet.process.settings import ticker_settings
+from fleet.process.signals import on_stop_signal
+from fleet.store.db import resolve_url
 from fleet.ticker.loop import Ticker
 
 

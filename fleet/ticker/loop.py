@@ -11,8 +11,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from fleet import chores, logs, telemetry
-from fleet.db import (
+from fleet.errors import DatabaseUnavailable, SchemaOutdated
+from fleet.observe import logs, telemetry
+from fleet.process.settings import TickerSettings
+from fleet.store import chores
+from fleet.store.db import (
     connect,
     connect_retrying,
     describe,
@@ -21,12 +24,10 @@ from fleet.db import (
     redact,
     resolve_url,
 )
-from fleet.errors import DatabaseUnavailable, SchemaOutdated
-from fleet.keys import LEADER_LOCK, SCHEDULES_CHANNEL
-from fleet.migrate import check_schema
-from fleet.queries import q
-from fleet.registry import process_crash, process_register, process_remove, process_touch
-from fleet.settings import TickerSettings
+from fleet.store.keys import LEADER_LOCK, SCHEDULES_CHANNEL
+from fleet.store.migrate import check_schema
+from fleet.store.queries import q
+from fleet.store.registry import process_crash, process_register, process_remove, process_touch
 from fleet.ticker import settle
 from fleet.ticker.housekeeping import ticker_chores
 from fleet.ticker.tick import TickResult, run_once

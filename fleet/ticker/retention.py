@@ -1,6 +1,6 @@
 """Built-in retention: the tickers remove finished runs older than their schedule's retention.
 
-A pass is a chore (fleet.chores): one ticker at a time takes a small step of it between ticks, and
+A pass is a chore (fleet.store.chores): one ticker at a time takes a small step of it between ticks, and
 the next step goes on from the stored position, whichever ticker takes it. A pass walks the
 schedules in name order and, within a schedule, its runs along the primary key, deleting at most
 `batch` runs per step; it costs about one index probe per schedule (all of a step's schedules in one
@@ -8,7 +8,7 @@ statement) plus a statement for each schedule with runs to delete. The cutoffs a
 pass starts (its `mark`), so a pass is exact per schedule as of then.
 What a pass removes leaves each slot's outcome behind in the slot ledger (fleet.slot_outcomes), which
 the pass's last step trims to the ledger's own retention. The last step also removes audit rows
-(fleet.audit) older than their schedule's retention, at most `batch` of them (they are few: one per
+(fleet.admin.audit) older than their schedule's retention, at most `batch` of them (they are few: one per
 operator action). One `retention_pass` line is logged when a pass ends, with what it removed in all
 its steps.
 """
@@ -23,10 +23,10 @@ from typing import Any
 import orjson
 import psycopg
 
-from fleet import logs
-from fleet.chores import Chore, Progress, Step
-from fleet.queries import q
-from fleet.settings import DEFAULT_LEDGER_RETENTION
+from fleet.observe import logs
+from fleet.process.settings import DEFAULT_LEDGER_RETENTION
+from fleet.store.chores import Chore, Progress, Step
+from fleet.store.queries import q
 
 RETENTION_CHORE = "retention"
 # Schedules looked at in one step at most (one index probe each, and a short statement each of

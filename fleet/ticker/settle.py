@@ -10,10 +10,10 @@ from typing import Any
 
 import psycopg
 
-from fleet import logs
-from fleet.catchup import StaleRun, settle_stale, settled_collapsed
-from fleet.queries import q
-from fleet.window import window_json
+from fleet.observe import logs
+from fleet.store.queries import q
+from fleet.timing.catchup import StaleRun, settle_stale, settled_collapsed
+from fleet.timing.window import window_json
 
 # A run created ahead is confirmed by a ticker at the latest this long before its grace ends (or
 # halfway through a shorter grace): the ticker's wake-up may be that late and the run still counts
@@ -38,7 +38,7 @@ def run_once(
 
     A stale run is a slot that, had it not been created ahead, no ticker would have created in time:
     it is missed, and its schedule's catch-up policy decides, as it does for a slot created late
-    (`fleet.catchup.settle_stale`). Only schedules with nothing left to plan now are settled, so
+    (`fleet.timing.catchup.settle_stale`). Only schedules with nothing left to plan now are settled, so
     that `latest` sees the newest of their missed slots, whichever way each came to be missed.
     """
     result = SettleResult()

@@ -9,12 +9,12 @@ from typing import Any
 
 import psycopg
 
-from fleet import logs
-from fleet.calendars import from_row
-from fleet.catchup import Plan, plan_slots
-from fleet.queries import q
-from fleet.schedule import TimingError, saturating_add, timing_of
-from fleet.window import window_json
+from fleet.observe import logs
+from fleet.store.queries import q
+from fleet.timing.calendars import from_row
+from fleet.timing.catchup import Plan, plan_slots
+from fleet.timing.schedule import TimingError, saturating_add, timing_of
+from fleet.timing.window import window_json
 
 # A broken schedule (its timing could not be evaluated) is tried again this long after it broke: an
 # upgraded fleet, or a time zone database that changed, may evaluate it.

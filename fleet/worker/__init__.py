@@ -3,6 +3,6 @@
 
 def main() -> int:
     """The `fleet-worker` executable: Ctrl-C is handled from its first instant, before its modules load."""
-    from fleet.signals import interruptible
+    from fleet.process.signals import interruptible
 
     return interruptible("fleet-worker", "fleet.worker.cli")

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from fleet import logs, telemetry
 from fleet.errors import Cancelled, Permanent
 from fleet.jobs import CancelSignal, Handler, JobContext, idempotency_key
-from fleet.window import result_json, window_of
+from fleet.observe import logs, telemetry
+from fleet.timing.window import result_json, window_of
 
 # running: the handler runs and this worker owns the lease.
 # recorded: the outcome is decided (finished, timed out, handed back); the thread may still run.
@@ -109,7 +109,7 @@ class Attempt:
     prev_worker: str | None = None
     prev_started_at: datetime | None = None
     origin: str = "schedule"
-    run_window: dict[str, Any] | None = None  # what the run covers, as stored (fleet.window)
+    run_window: dict[str, Any] | None = None  # what the run covers, as stored (fleet.timing.window)
     # Local bookkeeping.
     state: State = "running"
     cancel: CancelSignal = field(default_factory=CancelSignal)

@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from fleet import telemetry
-from fleet.queries import q
+from fleet.observe import telemetry
+from fleet.store.queries import q
 from fleet.worker.attempt import CLAIM_COLUMNS, HOST, Attempt, trusted_for
 
 # Random bytes per claimable run: its attempt's trace id (16) and span id (8).

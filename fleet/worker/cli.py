@@ -12,14 +12,15 @@ import time
 import traceback
 from collections.abc import Sequence
 
-from fleet import command_jobs, logs, telemetry
-from fleet.apps import import_apps
-from fleet.command_jobs import load_command_jobs
-from fleet.db import resolve_url
 from fleet.errors import ConfigError
 from fleet.jobs import registered
-from fleet.settings import worker_settings
-from fleet.signals import on_stop_signal
+from fleet.observe import logs, telemetry
+from fleet.process import command_jobs
+from fleet.process.apps import import_apps
+from fleet.process.command_jobs import load_command_jobs
+from fleet.process.settings import worker_settings
+from fleet.process.signals import on_stop_signal
+from fleet.store.db import resolve_url
 from fleet.worker.loop import EXIT_ABANDONED, EXIT_FORCED, Worker
 
 # What the first stop signal says; a second Ctrl-C (SIGINT) forces the stop. A second SIGTERM does

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from fleet.apply import compare_specs
+from fleet.admin.apply import compare_specs
 from fleet.declare import Schedule, gather
 from fleet.errors import ScheduleFileError
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
-from fleet import logs, telemetry
 from fleet.jobs import Handler
+from fleet.observe import logs, telemetry
 from fleet.worker import spans
 from fleet.worker.attempt import Attempt, Verdict, error_text, execute_async
 

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from fleet.backoff import backoff_delay
-from fleet.queries import q
+from fleet.store.queries import q
+from fleet.timing.backoff import backoff_delay
 from fleet.worker.attempt import HOST, Attempt, Outcome
 
 DONE = Outcome("done", "done")  # the outcome of nearly every attempt, shared (outcomes are not changed)

@@ -10,12 +10,12 @@ from typing import Any, Protocol
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from fleet import logs
-from fleet.db import prepared_statements_broke
-from fleet.pool import unavailable
-from fleet.queries import q
-from fleet.registry import process_touch
-from fleet.settings import WorkerSettings
+from fleet.observe import logs
+from fleet.process.settings import WorkerSettings
+from fleet.store.db import prepared_statements_broke
+from fleet.store.pool import unavailable
+from fleet.store.queries import q
+from fleet.store.registry import process_touch
 from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, trusted_for
 
 

@@ -7,9 +7,9 @@ import time
 
 from psycopg import sql
 
-from fleet import logs
-from fleet.db import connect, describe
-from fleet.keys import RUNS_CHANNEL
+from fleet.observe import logs
+from fleet.store.db import connect, describe
+from fleet.store.keys import RUNS_CHANNEL
 
 # Any role that can connect may NOTIFY fleet_runs. However many notifications arrive, `wake` is set
 # at most once per this interval (the first at once, one more at the interval's end if any came in

@@ -13,16 +13,17 @@ from typing import Any
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from fleet import command_jobs, logs, telemetry
-from fleet.db import describe, prepared_statements_broke, redact, resolve_url
 from fleet.declare import declared
 from fleet.errors import SchemaOutdated
 from fleet.jobs import Handler, is_async
-from fleet.migrate import check_schema
-from fleet.pool import Pool, make_pool, unavailable
-from fleet.queries import q
-from fleet.registry import process_register, process_remove
-from fleet.settings import WorkerSettings
+from fleet.observe import logs, telemetry
+from fleet.process import command_jobs
+from fleet.process.settings import WorkerSettings
+from fleet.store.db import describe, prepared_statements_broke, redact, resolve_url
+from fleet.store.migrate import check_schema
+from fleet.store.pool import Pool, make_pool, unavailable
+from fleet.store.queries import q
+from fleet.store.registry import process_register, process_remove
 from fleet.worker import spans
 from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, Verdict, error_text, execute, serve_here
 from fleet.worker.claim import OVERLAP_SKIPPED, Skipped, claim_result, send_claim

@@ -1,6 +1,6 @@
 """An attempt's span: made from the ids its claim stored, current while its handler runs, ended with
 the outcome the worker wrote; and the span of an attempt whose worker died, emitted by the worker
-that reclaims its run. (Tracing's set-up and the tick spans are the core's: fleet.telemetry.)"""
+that reclaims its run. (Tracing's set-up and the tick spans are the core's: fleet.observe.telemetry.)"""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types as otel_types
 
-from fleet import telemetry
 from fleet.jobs import slot_iso
+from fleet.observe import telemetry
 from fleet.worker.attempt import Attempt
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from fleet.embedded import embedded_url
+from fleet.store.embedded import embedded_url
 from loadtest.bench.config import PEERS, SECTIONS, SLOW_SECTIONS, Bench, Options, options
 from loadtest.bench.procs import ROOT
 from loadtest.bench.report import Report

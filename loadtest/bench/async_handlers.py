@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from fleet.db import connect
+from fleet.store.db import connect
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
 from loadtest.bench.config import Bench
 from loadtest.bench.procs import Proc, env_for, fleet_cmd

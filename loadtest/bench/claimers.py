@@ -16,8 +16,8 @@ from typing import Any
 
 import psycopg
 
-from fleet.db import connect
-from fleet.queries import STATEMENTS
+from fleet.store.db import connect
+from fleet.store.queries import STATEMENTS
 from loadtest.bench import bouncer
 from loadtest.bench.backlog import add_schedule
 from loadtest.bench.config import Bench

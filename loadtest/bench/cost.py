@@ -23,11 +23,11 @@ from typing import Any
 import psycopg
 
 import fleet.worker.loop as worker_loop
-from fleet import logs
-from fleet.db import connect
 from fleet.jobs import Handler
-from fleet.queries import q
-from fleet.settings import WorkerSettings
+from fleet.observe import logs
+from fleet.process.settings import WorkerSettings
+from fleet.store.db import connect
+from fleet.store.queries import q
 from fleet.worker.claim import claim_result, send_claim
 from fleet.worker.finish import DONE, finish_params, finish_result, send_finish
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs

@@ -13,10 +13,11 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from fleet import chores, rollup
-from fleet.apply import apply_specs
-from fleet.db import connect
-from fleet.schedfile import load
+from fleet.admin.apply import apply_specs
+from fleet.health import rollup
+from fleet.store import chores
+from fleet.store.db import connect
+from fleet.timing.schedfile import load
 from loadtest.bench.config import Bench
 from loadtest.bench.procs import env_for, fleet_cmd
 from loadtest.bench.report import Report, median, percentile

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from fleet.apply import apply_specs
-from fleet.db import connect
-from fleet.schedfile import load
+from fleet.admin.apply import apply_specs
+from fleet.store.db import connect
+from fleet.timing.schedfile import load
 from loadtest.bench.herd import herd_toml
 from loadtest.bench.report import median
 from loadtest.bench.rounds import backend_cpu_ns, fleet_round

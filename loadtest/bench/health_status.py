@@ -18,15 +18,16 @@ from typing import Any
 import psycopg
 
 import fleet
-from fleet import chores, rollup
-from fleet.apply import apply_specs
-from fleet.db import connect
-from fleet.inspect import health_chunks
+from fleet.admin.apply import apply_specs
+from fleet.health import rollup
+from fleet.health.reading import health_chunks
 from fleet.ops.httpd import Credentials
-from fleet.ops.inspect import schedule_health, write_json_chunks
 from fleet.ops.metrics import FleetCollector
 from fleet.ops.metrics_server import Exposition, MetricsServer
-from fleet.schedfile import load
+from fleet.ops.status import schedule_health, write_json_chunks
+from fleet.store import chores
+from fleet.store.db import connect
+from fleet.timing.schedfile import load
 from loadtest.bench.config import Bench
 from loadtest.bench.procs import BIN
 from loadtest.bench.report import Report, median

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from fleet.apply import apply_specs
-from fleet.db import connect
-from fleet.schedfile import load
+from fleet.admin.apply import apply_specs
+from fleet.store.db import connect
+from fleet.timing.schedfile import load
 from loadtest.bench.config import Bench
 from loadtest.bench.report import Report
 from loadtest.bench.scheduled import (

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from fleet.db import connect
+from fleet.store.db import connect
 from loadtest.bench.backlog import HISTORY_BATCH, add_schedule, insert_history
 from loadtest.bench.config import Bench
 from loadtest.bench.drain import FleetDrain

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from fleet.apply import apply_specs
-from fleet.db import connect
-from fleet.schedfile import load
+from fleet.admin.apply import apply_specs
+from fleet.store.db import connect
+from fleet.timing.schedfile import load
 from loadtest.bench import stamps
 from loadtest.bench.config import WORKER_FLAGS, Bench
 from loadtest.bench.procs import env_for, fleet_cmd

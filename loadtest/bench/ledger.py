@@ -12,11 +12,11 @@ from typing import Any
 
 import psycopg
 
-from fleet.apply import apply_specs
+from fleet.admin.apply import apply_specs
 from fleet.client import Client
-from fleet.db import connect
-from fleet.schedfile import load
-from fleet.schedule import Timing, slots_between
+from fleet.store.db import connect
+from fleet.timing.schedfile import load
+from fleet.timing.schedule import Timing, slots_between
 from loadtest.bench.config import Bench
 from loadtest.bench.procs import BIN
 from loadtest.bench.report import Report, median
@@ -137,7 +137,7 @@ def run(bench: Bench, report: Report) -> None:
     )
     report.add(
         "verify.cron_walk",
-        f"{label} as cron `* * * * *`: its slots by the plain walk alone (fleet.schedule.slots_between)",
+        f"{label} as cron `* * * * *`: its slots by the plain walk alone (fleet.timing.schedule.slots_between)",
         walk_ms,
         "ms",
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from fleet.db import connect
+from fleet.store.db import connect
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
 from loadtest.bench.config import BATCH, Bench
 from loadtest.bench.report import Report, median

@@ -9,12 +9,12 @@ import threading
 import time
 import urllib.request
 
-from fleet.apply import apply_specs
-from fleet.db import connect
+from fleet.admin.apply import apply_specs
 from fleet.ops.httpd import Credentials
 from fleet.ops.metrics import FleetCollector
 from fleet.ops.metrics_server import Exposition, MetricsServer
-from fleet.schedfile import load
+from fleet.store.db import connect
+from fleet.timing.schedfile import load
 from loadtest.bench.config import Bench
 from loadtest.bench.report import Report, median
 

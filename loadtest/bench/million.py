@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from fleet.db import connect
+from fleet.store.db import connect
 from loadtest.bench.config import Bench
 from loadtest.bench.procs import Proc, env_for, fleet_cmd
 from loadtest.bench.report import Report

@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleet.db import connect
+from fleet.store.db import connect
 from loadtest.bench import stamps
 from loadtest.bench.config import Bench
 from loadtest.bench.peer_install import DBOS, venv_package

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleet.db import connect
+from fleet.store.db import connect
 from loadtest.bench import stamps
 from loadtest.bench.config import Bench
 from loadtest.bench.peer_install import GRAPHILE_WORKER, node, npm_package

@@ -16,7 +16,7 @@ from pgqueuer.models import Job, Schedule
 from pgqueuer.queries import Queries
 from psycopg.conninfo import conninfo_to_dict
 
-from fleet.db import connect
+from fleet.store.db import connect
 from loadtest.bench import stamps
 from loadtest.bench.config import Bench
 from loadtest.bench.procs import BIN, Proc, env_for

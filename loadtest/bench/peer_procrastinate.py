@@ -10,7 +10,7 @@ from importlib.metadata import version
 
 import procrastinate
 
-from fleet.db import connect
+from fleet.store.db import connect
 from loadtest.bench import stamps
 from loadtest.bench.config import Bench
 from loadtest.bench.procs import BIN, Proc, env_for

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from fleet.db import connect
+from fleet.store.db import connect
 from loadtest.bench.backlog import SLOT_BASE, add_schedule
 from loadtest.bench.config import Bench
 from loadtest.bench.procs import Proc, env_for, fleet_cmd

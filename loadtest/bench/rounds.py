@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from fleet.db import connect
+from fleet.store.db import connect
 from fleet.worker.attempt import Attempt, Outcome
 from fleet.worker.finish import DONE
 from fleet.worker.loop import run_round

@@ -18,8 +18,8 @@ from importlib import resources
 
 from psycopg.conninfo import make_conninfo
 
-from fleet.db import connect
-from fleet.migrate import migrate
+from fleet.store.db import connect
+from fleet.store.migrate import migrate
 from loadtest.bench.backlog import add_schedule, insert_runs, reset_runs
 from loadtest.bench.report import median
 from loadtest.bench.rounds import backend_cpu_ns, fleet_round

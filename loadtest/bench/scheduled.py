@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from fleet.db import connect
+from fleet.store.db import connect
 from loadtest.bench.config import WORKER_FLAGS, Bench
 from loadtest.bench.procs import Proc, env_for, fleet_cmd
 from loadtest.bench.server import wait_until

@@ -16,9 +16,9 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from fleet.db import connect
-from fleet.embedded import embedded_url
-from fleet.migrate import migrate
+from fleet.store.db import connect
+from fleet.store.embedded import embedded_url
+from fleet.store.migrate import migrate
 from loadtest.bench.procs import ROOT, Proc, Processes
 
 T = TypeVar("T")

@@ -7,11 +7,11 @@ import time
 
 import psycopg
 
-from fleet.apply import apply_specs
-from fleet.db import connect
-from fleet.schedfile import load
-from fleet.settings import DEFAULT_CATCHUP_LIMIT, DEFAULT_TICK_BATCH
+from fleet.admin.apply import apply_specs
+from fleet.process.settings import DEFAULT_CATCHUP_LIMIT, DEFAULT_TICK_BATCH
+from fleet.store.db import connect
 from fleet.ticker.tick import run_once
+from fleet.timing.schedfile import load
 from loadtest.bench.config import Bench
 from loadtest.bench.procs import env_for, fleet_cmd
 from loadtest.bench.report import Report, median

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from psycopg import sql
 
-from fleet.db import connect
+from fleet.store.db import connect
 from loadtest.bench.config import Bench
 from loadtest.bench.procs import Proc
 from loadtest.bench.server import busy_cpu_s, checkpoint, settle_stats, wait_until

@@ -12,10 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from fleet.admin.alert_routes import apply_routes, load_routes
 from fleet.alert.loop import Alerter
-from fleet.alert.settings import AlertSettings
-from fleet.alert_routes import apply_routes, load_routes
-from fleet.inspect import health_report
+from fleet.alert.options import AlertSettings
+from fleet.health.reading import health_report
 from fleet.ops.cli import main as fleetctl
 from tests.alert_receivers import SmtpReceiver, WebhookReceiver, receivers
 from tests.support import apply_text, live_ticker, scalar, wait_for

@@ -11,9 +11,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet import apply as apply_mod
-from fleet.db import connect
-from fleet.schedfile import load
+from fleet.admin import apply as apply_mod
+from fleet.store.db import connect
+from fleet.timing.schedfile import load
 from tests.support import apply_text, env_for, fleetctl_cmd, scalar
 
 GOOD = """

@@ -10,9 +10,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet import apply
-from fleet.apply import apply_specs, diff
-from fleet.schedfile import load, spread_offset
+from fleet.admin import apply
+from fleet.admin.apply import apply_specs, diff
+from fleet.timing.schedfile import load, spread_offset
 from tests.support import apply_text, scalar
 
 EVERY_FIELD = """

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from fleet import declare, jobs
-from fleet.registry import process_register
+from fleet.store.registry import process_register
 from tests.integration.ops_support import fleetctl, snapshot
 from tests.support import apply_text, scalar
 

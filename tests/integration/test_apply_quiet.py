@@ -12,10 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet.apply import ApplyResult, apply_specs
-from fleet.db import connect
+from fleet.admin.apply import ApplyResult, apply_specs
 from fleet.errors import ScheduleFileError
-from fleet.schedfile import load
+from fleet.store.db import connect
+from fleet.timing.schedfile import load
 from tests.integration.ops_support import fleetctl
 from tests.support import Proc, apply_text, env_for, processes, scalar, ticker_cmd, wait_for
 

@@ -16,11 +16,11 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import fleet
-from fleet import apply as apply_module
-from fleet import chores
-from fleet.db import connect
+from fleet.admin import apply as apply_module
 from fleet.errors import RequestError
 from fleet.ops.cli import main
+from fleet.store import chores
+from fleet.store.db import connect
 from fleet.ticker.retention import retention_chore
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json, hourly
 from tests.support import apply_text, scalar
@@ -134,7 +134,7 @@ def test_bad_input_exits_2_in_one_line_and_records_nothing(
 def test_the_client_records_its_by_and_reads_the_rows_back(
     db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
-    specs = fleet.schedfile.load('[[schedule]]\nname = "c"\nevery = "1h"\njob = "noop"\n')
+    specs = fleet.timing.schedfile.load('[[schedule]]\nname = "c"\nevery = "1h"\njob = "noop"\n')
     with fleet.Client(db_url, by="app") as client:
         client.apply(specs, note="deploy 42")
         assert client.pause("c", note="hold")

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 
-from fleet.inspect import schedule_health
+from fleet.health.reading import schedule_health
 from fleet.ticker.tick import run_once
 from tests.integration.ops_support import fleetctl, fleetctl_json
 from tests.support import apply_text, live_ticker, scalar

@@ -9,9 +9,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet import chores
-from fleet.chores import Chore, Progress, Step
-from fleet.db import connect
+from fleet.store import chores
+from fleet.store.chores import Chore, Progress, Step
+from fleet.store.db import connect
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet.db import connect
+from fleet.store.db import connect
 from fleet.worker.attempt import Attempt, Outcome
 from fleet.worker.claim import Skipped, run_claim
 from fleet.worker.finish import DONE, decide, run_finish
@@ -301,7 +301,7 @@ def test_a_round_is_one_transaction(conn: psycopg.Connection[Any]) -> None:
     """A worker round is a pipeline without BEGIN: its statements form one transaction that the
     closing Sync commits. The round's settings hold for the statements after them and end with
     it, and an error anywhere rolls back the whole round (a finish is never kept without its claim)."""
-    from fleet.queries import q
+    from fleet.store.queries import q
 
     schedule(conn)
     add_run(conn, "s", T0)

@@ -19,15 +19,15 @@ from tests.support import apply_text
 NOT_FOR_STATUS = (
     "psycopg_pool",
     "opentelemetry",
-    "fleet.pool",
-    "fleet.telemetry",
+    "fleet.store.pool",
+    "fleet.observe.telemetry",
     "fleet.client",
-    "fleet.apply",
-    "fleet.repair",
-    "fleet.schedfile",
-    "fleet.migrate",
-    "fleet.schedule",
-    "fleet.rollup",
+    "fleet.admin.apply",
+    "fleet.admin.repair",
+    "fleet.timing.schedfile",
+    "fleet.store.migrate",
+    "fleet.timing.schedule",
+    "fleet.health.rollup",
     "fleet.jobs",
     "tomllib",
 )
@@ -65,10 +65,10 @@ def test_status_imports_neither_the_pool_nor_tracing_nor_the_writers(
     apply_text(conn, '[[schedule]]\nname = "s"\nevery = "5m"\njob = "noop"\n')
     health, modules = modules_of(db_url, "status", "--json")
     assert [h["name"] for h in health] == ["s"]
-    assert "fleet.ops.inspect" in modules and "psycopg" in modules  # the command ran
+    assert "fleet.ops.status" in modules and "psycopg" in modules  # the command ran
     assert imported(modules, NOT_FOR_STATUS) == []
-    assert "fleet.results" not in modules  # the JSON is written from the read's dicts
+    assert "fleet.health.results" not in modules  # the JSON is written from the read's dicts
     # the table reads the typed records, and nothing more
     _, modules = modules_of(db_url, "status")
     assert imported(modules, NOT_FOR_STATUS) == []
-    assert "fleet.results" in modules
+    assert "fleet.health.results" in modules

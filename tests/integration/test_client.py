@@ -19,8 +19,8 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import fleet
-from fleet.db import connect
-from fleet.schedfile import load
+from fleet.store.db import connect
+from fleet.timing.schedfile import load
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json, snapshot
 from tests.support import ROOT, apply_text, env_for, free_port, live_ticker, scalar, wait_for
 

@@ -13,9 +13,9 @@ import orjson
 import psycopg
 import pytest
 
+from fleet.health.verify import verify
 from fleet.ops.dashboard.server import DashboardServer
 from fleet.ops.targets import iso
-from fleet.verify import verify
 from tests.integration.test_dashboard_server import dashboard as server  # noqa: F401 - the fixture
 from tests.integration.test_dashboard_server import get
 from tests.support import scalar

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet.queries import q
+from fleet.store.queries import q
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 
@@ -67,7 +67,7 @@ def test_the_overview_verdicts_are_computed_once_per_refresh_and_afresh_after_an
     conn: psycopg.Connection[Any],
 ) -> None:
     from fleet.ops.dashboard.pages import SharedHealth
-    from fleet.ops.inspect import schedule_health
+    from fleet.ops.status import schedule_health
     from tests.support import apply_text, live_ticker
 
     now = [100.0]
@@ -98,9 +98,9 @@ def test_the_overview_verdicts_are_refreshed_in_the_background_while_a_page_watc
     import threading
     import time
 
-    from fleet.db import connect
     from fleet.ops.dashboard.pages import SharedHealth
-    from fleet.ops.inspect import schedule_health
+    from fleet.ops.status import schedule_health
+    from fleet.store.db import connect
 
     lock = threading.Lock()
     computed: list[float] = []

@@ -20,7 +20,7 @@ from fleet.ops.dashboard.app import Dashboard
 from fleet.ops.dashboard.config import settings_from
 from fleet.ops.dashboard.server import DashboardServer
 from fleet.ops.targets import iso
-from fleet.pool import make_pool
+from fleet.store.pool import make_pool
 from tests.slow_clients import SlowClients
 from tests.support import apply_text, live_ticker
 

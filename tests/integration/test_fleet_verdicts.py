@@ -11,12 +11,12 @@ import orjson
 import psycopg
 import pytest
 
-from fleet import inspect
+from fleet.health import reading
+from fleet.health.results import HEALTH_FIELDS
 from fleet.ops.metrics import FleetCollector
-from fleet.queries import q
-from fleet.registry import process_crash, process_register, process_remove
-from fleet.results import HEALTH_FIELDS
-from fleet.settings import ticker_settings
+from fleet.process.settings import ticker_settings
+from fleet.store.queries import q
+from fleet.store.registry import process_crash, process_register, process_remove
 from fleet.ticker import loop
 from fleet.ticker.tick import run_once
 from tests.integration.ops_support import Samples, add_run, fleetctl, fleetctl_json, hourly, samples, value
@@ -85,7 +85,7 @@ def test_a_broken_schedule_is_broken_with_its_error_and_the_others_keep_their_ve
 
     # changing the schedule (apply) clears the mark: it is OK again
     apply_text(conn, '[[schedule]]\nname = "broken"\nevery = "2h"\njob = "noop"\noverlap = "allow"\n')
-    (h,) = inspect.schedule_health(conn, ["broken"])
+    (h,) = reading.schedule_health(conn, ["broken"])
     assert (h.verdict, h.broken_at, h.broken_error) == ("OK", None, None)
 
 
@@ -221,9 +221,9 @@ def test_the_fleet_verdicts_follow_the_instant_of_the_read(conn: psycopg.Connect
     hourly(conn, "a")
     now = scalar(conn, "SELECT now()")
     live_ticker(conn, at=now)
-    fleet, (h,) = inspect.health_report(conn, now=now + timedelta(seconds=59))
+    fleet, (h,) = reading.health_report(conn, now=now + timedelta(seconds=59))
     assert (fleet.live_tickers, h.verdict) == (1, "OK")
-    fleet, (h,) = inspect.health_report(conn, now=now + timedelta(seconds=61))
+    fleet, (h,) = reading.health_report(conn, now=now + timedelta(seconds=61))
     assert (fleet.live_tickers, h.verdict, fleet.last_ticker is not None) == (0, "NO-TICKER", True)
     assert fleet.last_ticker is not None and fleet.last_ticker.id == "ticker-t"
 
@@ -234,7 +234,7 @@ def test_the_dashboard_shows_broken_its_error_the_fleet_alarm_and_the_legend(
     from fleet.ops.dashboard.app import Dashboard, Request
     from fleet.ops.dashboard.config import DashboardSettings
     from fleet.ops.httpd import Credentials
-    from fleet.pool import make_pool
+    from fleet.store.pool import make_pool
 
     hourly(conn, "broken", "fine")
     conn.execute(

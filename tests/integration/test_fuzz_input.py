@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from fleet.errors import ConfigError
 from fleet.ops.cli import main as fleetctl
-from fleet.settings import ticker_settings, worker_settings
+from fleet.process.settings import ticker_settings, worker_settings
 from tests.support import apply_text
 
 EXAMPLES = 1000

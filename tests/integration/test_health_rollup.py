@@ -8,12 +8,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet import chores, repair, rollup
-from fleet.db import connect
-from fleet.ops.inspect import schedule_health
-from fleet.queries import q
-from fleet.results import ScheduleHealth
-from fleet.schedule import nominal_interval, timing_of
+from fleet.admin import repair
+from fleet.health import rollup
+from fleet.health.results import ScheduleHealth
+from fleet.ops.status import schedule_health
+from fleet.store import chores
+from fleet.store.db import connect
+from fleet.store.queries import q
+from fleet.timing.schedule import nominal_interval, timing_of
 from tests.integration.ops_support import add_run
 from tests.support import apply_text, live_ticker, scalar
 

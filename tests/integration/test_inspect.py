@@ -9,9 +9,9 @@ import orjson
 import psycopg
 import pytest
 
-from fleet import inspect
-from fleet.ops.inspect import schedule_health, write_json_chunks
-from fleet.results import HEALTH_FIELDS, ScheduleHealth
+from fleet.health import reading
+from fleet.health.results import HEALTH_FIELDS, ScheduleHealth
+from fleet.ops.status import schedule_health, write_json_chunks
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json
 from tests.support import apply_text, live_ticker, scalar
 
@@ -222,17 +222,17 @@ def test_a_read_in_chunks_is_the_read_at_once(conn: psycopg.Connection[Any]) -> 
     )
     now = scalar(conn, "SELECT now()")
     whole = [h.to_json() for h in schedule_health(conn, now=now)]
-    chunks = list(inspect.health_chunks(conn, now=now, size=2))
+    chunks = list(reading.health_chunks(conn, now=now, size=2))
     assert [len(c) for c in chunks] == [2, 2, 1]
     assert all(tuple(v) == HEALTH_FIELDS for c in chunks for v in c)  # every field, in order
     assert [ScheduleHealth(*v.values()).to_json() for c in chunks for v in c] == whole
     # the same read as tuples, field by field in the order of the dicts' keys and the record's fields
-    assert inspect.HEALTH_FIELDS == HEALTH_FIELDS
-    rows = [v for c in inspect.health_rows(conn, now=now, size=2) for v in c]
+    assert reading.HEALTH_FIELDS == HEALTH_FIELDS
+    rows = [v for c in reading.health_rows(conn, now=now, size=2) for v in c]
     assert [dict(zip(HEALTH_FIELDS, v, strict=True)) for v in rows] == [v for c in chunks for v in c]
     assert [h["interval_s"] in (24 * 3600, 72 * 3600) for h in whole] == [True, False, True, False, True]
     assert [h["interval_s"] for h in whole][1::2] == [3600, 3600]
-    named = list(inspect.health_chunks(conn, ["s3", "s1"], now=now, size=2))
+    named = list(reading.health_chunks(conn, ["s3", "s1"], now=now, size=2))
     assert [v["name"] for c in named for v in c] == ["s1", "s3"]
 
 

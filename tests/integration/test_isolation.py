@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from fleet.errors import ScheduleFileError
-from fleet.queries import q
+from fleet.store.queries import q
 from fleet.ticker.tick import RETRY_BROKEN, run_once
 from tests.support import apply_text, scalar
 

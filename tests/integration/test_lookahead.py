@@ -11,10 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet.db import connect
-from fleet.ops.repair import slot_backfill
-from fleet.queries import q
-from fleet.repair import run_trigger, schedule_pause, schedule_resume
+from fleet.admin.repair import run_trigger, schedule_pause, schedule_resume
+from fleet.ops.repair_commands import slot_backfill
+from fleet.store.db import connect
+from fleet.store.queries import q
 from fleet.ticker import settle
 from fleet.ticker.tick import TickResult, run_once
 from fleet.worker.claim import run_claim
@@ -358,7 +358,7 @@ def test_a_worker_sleeps_until_the_next_run_comes_due_past_a_queued_run(
 def test_runs_created_ahead_are_listed_only_when_pending_runs_are_asked_for(
     conn: psycopg.Connection[Any],
 ) -> None:
-    from fleet.inspect import run_list
+    from fleet.health.reading import run_list
 
     apply_text(conn, '[[schedule]]\nname = "s"\nevery = "1m"\njob = "noop"\n')
     conn.execute(

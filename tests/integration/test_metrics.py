@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from fleet.ops.metrics import FleetCollector, parse_listen
-from fleet.ops.repair import run_prune
+from fleet.ops.repair_commands import run_prune
 from tests.integration.ops_support import add_run, samples, value
 from tests.support import Proc, apply_text, env_for, fleetctl_cmd, live_ticker, processes, scalar, wait_for
 

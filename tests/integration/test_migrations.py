@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-import fleet.migrate
-from fleet.db import connect
-from fleet.migrate import current_version, migrate, migrations
+import fleet.store.migrate
+from fleet.store.db import connect
+from fleet.store.migrate import current_version, migrate, migrations
 
 EXPECTED_TABLES = {
     "schedules",
@@ -217,8 +217,10 @@ def test_the_overlap_gate_moves_to_its_own_table_with_the_slot_it_holds(
     every = migrations()
     gate_move = next(m.version for m in every if m.name.endswith("schedule_gates"))
     with _scratch_db(server_url, "fleet_mig_gates") as conn:
-        monkeypatch.setattr(fleet.migrate, "migrations", lambda: [m for m in every if m.version < gate_move])
-        monkeypatch.setattr(fleet.migrate, "roles_exist", lambda _conn: False)
+        monkeypatch.setattr(
+            fleet.store.migrate, "migrations", lambda: [m for m in every if m.version < gate_move]
+        )
+        monkeypatch.setattr(fleet.store.migrate, "roles_exist", lambda _conn: False)
         migrate(conn)
         conn.execute(
             "INSERT INTO fleet.schedules (name, every, job, timing_hash, running_slot) VALUES"

@@ -88,7 +88,7 @@ def test_runs_all_lists_every_schedule_newest_first_with_the_same_filters(
 
 
 def test_the_runs_query_reads_each_schedule_through_its_primary_key(conn: psycopg.Connection[Any]) -> None:
-    from fleet.queries import q
+    from fleet.store.queries import q
 
     hourly(conn, "a")
     plan = conn.execute(

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet.queries import q
+from fleet.store.queries import q
 from fleet.worker.claim import claim_params
 
 UTC = UTC
@@ -238,7 +238,7 @@ def test_next_wait_reads_one_run_of_many_created_ahead(conn: psycopg.Connection[
 
 
 def test_the_rollup_asks_for_one_due_run(conn: psycopg.Connection[Any]) -> None:
-    """The roll-up puts its merge off while a run is due and waiting (fleet.rollup): it reads the
+    """The roll-up puts its merge off while a run is due and waiting (fleet.health.rollup): it reads the
     first entry of the pending index, however many runs wait and however stale the statistics."""
     pending_after_stale_statistics(conn, T0)
     later = {"now": T0 + timedelta(minutes=1)}

@@ -10,10 +10,10 @@ from typing import Any
 
 import psycopg
 
-from fleet.db import connect
-from fleet.ops.inspect import schedule_health
-from fleet.ops.repair import run_prune
-from fleet.queries import q
+from fleet.ops.repair_commands import run_prune
+from fleet.ops.status import schedule_health
+from fleet.store.db import connect
+from fleet.store.queries import q
 from fleet.worker.claim import run_claim
 from tests.support import apply_text, scalar
 

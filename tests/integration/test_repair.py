@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet.repair import run_trigger
-from fleet.results import Triggered
+from fleet.admin.repair import run_trigger
+from fleet.health.results import Triggered
 from fleet.ticker.tick import run_once as tick
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json, snapshot
 from tests.support import apply_text, live_ticker, scalar

@@ -13,10 +13,11 @@ import orjson
 import psycopg
 import pytest
 
-from fleet import chores, logs
-from fleet.chores import Chore, Progress, Step
-from fleet.db import connect
-from fleet.settings import ticker_settings
+from fleet.observe import logs
+from fleet.process.settings import ticker_settings
+from fleet.store import chores
+from fleet.store.chores import Chore, Progress, Step
+from fleet.store.db import connect
 from fleet.ticker.housekeeping import ticker_chores
 from fleet.ticker.retention import RETENTION_CHORE, retention_chore, retention_step
 from tests.support import apply_text, scalar

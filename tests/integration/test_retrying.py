@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from fleet.health.results import iso
 from fleet.ops.metrics import FleetCollector
-from fleet.results import iso
 from fleet.worker.claim import run_claim
 from fleet.worker.finish import decide, run_finish
 from tests.integration.ops_support import fleetctl, fleetctl_json, samples, value
@@ -90,7 +90,7 @@ def dashboard_pages(db_url: str) -> tuple[str, str, str]:
     from fleet.ops.dashboard.app import Dashboard, Request
     from fleet.ops.dashboard.config import DashboardSettings
     from fleet.ops.httpd import Credentials
-    from fleet.pool import make_pool
+    from fleet.store.pool import make_pool
 
     settings = DashboardSettings(
         "127.0.0.1", 0, Credentials(), read_only=True, read_only_reason="test", trace_url=""

@@ -12,10 +12,10 @@ from typing import Any
 import psycopg
 
 from fleet.jobs import JobContext
-from fleet.settings import worker_settings
+from fleet.process.settings import worker_settings
 from fleet.ticker import settle
 from fleet.ticker.tick import run_once as tick_once
-from fleet.window import Collapsed, Window
+from fleet.timing.window import Collapsed, Window
 from fleet.worker.claim import run_claim
 from fleet.worker.finish import decide, run_finish
 from fleet.worker.loop import Worker

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from fleet.migrate import migrate
+from fleet.store.migrate import migrate
 from tests.schema_snapshot import snapshot
 from tests.support import ROOT
 

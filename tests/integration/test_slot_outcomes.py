@@ -11,11 +11,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet.ops.repair import run_prune
-from fleet.settings import ticker_settings
+from fleet.health.verify import verify
+from fleet.ops.repair_commands import run_prune
+from fleet.process.settings import ticker_settings
 from fleet.ticker.housekeeping import ticker_chores
 from fleet.ticker.retention import retention_chore
-from fleet.verify import verify
 from tests.integration.ops_support import fleetctl
 from tests.integration.test_retention import run_pass
 from tests.integration.test_verify import counts, runs

@@ -11,10 +11,10 @@ from typing import Any
 import psycopg
 
 from fleet.jobs import idempotency_key
-from fleet.queries import q
-from fleet.schedfile import spread_offset
+from fleet.store.queries import q
 from fleet.ticker import settle
 from fleet.ticker.tick import run_once as tick_once
+from fleet.timing.schedfile import spread_offset
 from fleet.worker.claim import run_claim
 from fleet.worker.finish import decide, run_finish
 from tests.support import apply_text, scalar

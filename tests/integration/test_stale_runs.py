@@ -9,9 +9,9 @@ from typing import Any
 
 import psycopg
 
-from fleet.db import connect
-from fleet.queries import q
-from fleet.repair import schedule_pause
+from fleet.admin.repair import schedule_pause
+from fleet.store.db import connect
+from fleet.store.queries import q
 from fleet.ticker import settle
 from fleet.ticker.tick import run_once
 from fleet.worker.claim import run_claim

@@ -11,8 +11,8 @@ from typing import Any, Literal
 import psycopg
 import pytest
 
-from fleet.migrate import migrate
-from fleet.schedule import Timing, slots_between
+from fleet.store.migrate import migrate
+from fleet.timing.schedule import Timing, slots_between
 from tests.support import scalar
 
 CRONS = [

@@ -10,7 +10,7 @@ import orjson
 import psycopg
 import pytest
 
-from fleet import telemetry
+from fleet.observe import telemetry
 from fleet.worker.claim import run_claim
 from fleet.worker.finish import decide, run_finish
 from tests.integration.ops_support import fleetctl, fleetctl_json

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import fleet
-from fleet.verify import verify
+from fleet.health.verify import verify
 from tests.integration.ops_support import fleetctl, fleetctl_json
 from tests.support import apply_text, scalar
 

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 
 from fleet.jobs import JobContext
-from fleet.pool import make_pool
-from fleet.settings import worker_settings
+from fleet.process.settings import worker_settings
+from fleet.store.pool import make_pool
 from fleet.worker.attempt import Attempt
 from fleet.worker.heartbeat import Heartbeat
 from fleet.worker.loop import Worker

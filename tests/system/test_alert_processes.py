@@ -17,8 +17,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from fleet.db import connect
 from fleet.ops.cli import main as fleetctl
+from fleet.store.db import connect
 from tests.alert_receivers import SmtpReceiver, WebhookReceiver
 from tests.support import Proc, env_for, fleetctl_cmd, log_events, processes, scalar, wait_for
 

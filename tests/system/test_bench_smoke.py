@@ -13,9 +13,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet.apply import apply_specs
-from fleet.db import connect
-from fleet.schedfile import load
+from fleet.admin.apply import apply_specs
+from fleet.store.db import connect
+from fleet.timing.schedfile import load
 from loadtest.bench.backlog import add_schedule
 from loadtest.bench.bouncer import PGBOUNCER, bouncer
 from loadtest.bench.bouncer import WORKER_FLAGS as BOUNCER_FLAGS

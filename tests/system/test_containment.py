@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from fleet.process_tree import start_time
+from fleet.process.process_tree import start_time
 from fleet.worker.loop import EXIT_ABANDONED
 from tests.support import (
     FAST,

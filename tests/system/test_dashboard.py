@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, sync_playwright
 
-from fleet.db import connect
+from fleet.store.db import connect
 from tests.support import (
     FAST,
     ROOT,

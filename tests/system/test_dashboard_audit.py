@@ -12,7 +12,7 @@ from playwright.sync_api import Page
 
 import fleet
 from fleet.ops.dashboard.pages import AUDIT_SHOWN
-from fleet.schedfile import load
+from fleet.timing.schedfile import load
 from tests.support import processes, scalar, wait_for
 from tests.system.test_dashboard import XSS, Dialogs, browser, page, shot, start_dashboard
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fleet.db import redact
-from fleet.embedded import UpState, embedded_pid, read_pid, read_up_state, stop_embedded, up_running
 from fleet.ops.control import Supervisor, SupervisorUnavailable, serverurl_from_config
+from fleet.store.db import redact
+from fleet.store.embedded import UpState, embedded_pid, read_pid, read_up_state, stop_embedded, up_running
 from tests.support import ROOT, fleetctl_cmd, ticker_cmd, wait_for, worker_cmd
 
 NO_DATABASE = "set FLEET_DATABASE_URL (or run fleetctl up)"

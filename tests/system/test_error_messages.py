@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from fleet.db import connect
+from fleet.store.db import connect
 from tests.support import (
     Proc,
     apply_text,

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from fleet.db import connect
-from fleet.embedded import as_user
-from fleet.migrate import migrate
+from fleet.store.db import connect
+from fleet.store.embedded import as_user
+from fleet.store.migrate import migrate
 from tests.support import (
     FAST,
     Proc,

@@ -18,8 +18,8 @@ from typing import Any
 
 import psycopg
 
-from fleet.schedfile import load
-from fleet.schedule import slots_between
+from fleet.timing.schedfile import load
+from fleet.timing.schedule import slots_between
 from tests.support import (
     FAST,
     Proc,

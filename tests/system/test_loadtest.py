@@ -28,7 +28,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from fleet.db import connect
+from fleet.store.db import connect
 from tests.support import ROOT, wait_for
 
 
@@ -88,7 +88,7 @@ def finished() -> Iterator[Finished]:
         if server:
             url = make_conninfo(server, dbname=name) if name else ""
         elif (workdir / "run" / ".fleet" / "pgdata" / "postmaster.pid").exists():
-            from fleet.embedded import embedded_url
+            from fleet.store.embedded import embedded_url
 
             url = make_conninfo(embedded_url(workdir / "run"), dbname=name)
         yield Finished(
@@ -104,7 +104,7 @@ def finished() -> Iterator[Finished]:
         if server and name:
             with connect(server, "loadtest test cleanup") as admin:
                 admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        from fleet.embedded import stop_embedded
+        from fleet.store.embedded import stop_embedded
 
         stop_embedded(workdir / "run")
         shutil.rmtree(workdir, ignore_errors=True)

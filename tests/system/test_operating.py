@@ -13,8 +13,8 @@ import orjson
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from fleet.ops.inspect import schedule_health
-from fleet.results import ScheduleHealth
+from fleet.health.results import ScheduleHealth
+from fleet.ops.status import schedule_health
 from tests.support import (
     FAST,
     Proc,

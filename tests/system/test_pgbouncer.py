@@ -23,8 +23,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from fleet.db import connect
-from fleet.pool import make_pool
+from fleet.store.db import connect
+from fleet.store.pool import make_pool
 from tests.support import (
     FAST,
     Proc,

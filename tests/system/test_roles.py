@@ -17,8 +17,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from fleet.db import connect
 from fleet.ops.cli import main as fleetctl
+from fleet.store.db import connect
 from fleet.worker.attempt import Outcome
 from fleet.worker.claim import run_claim
 from fleet.worker.finish import DONE as SUCCESS

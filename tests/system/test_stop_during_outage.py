@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from fleet.db import connect
+from fleet.store.db import connect
 from tests.support import (
     Proc,
     env_for,

@@ -12,7 +12,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from fleet.db import connect
+from fleet.store.db import connect
 from tests.support import ROOT, free_port
 
 DATABASE_TESTS = "tests/integration/test_claim.py"

@@ -24,10 +24,10 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from fleet.db import connect
-from fleet.envfile import parse_env, render_env
-from fleet.migrate import migrate
 from fleet.ops.control import ProcInfo, Supervisor, SupervisorUnavailable, serverurl_from_config
+from fleet.process.envfile import parse_env, render_env
+from fleet.store.db import connect
+from fleet.store.migrate import migrate
 from tests.support import BIN, ROOT, apply_text, fleetctl_cmd, job_events, scalar, wait_for
 
 FAST = {"FLEET_LEASE": "2", "FLEET_HEARTBEAT": "0.5", "FLEET_POLL": "0.5", "FLEET_TICKER_POLL": "0.5"}
@@ -320,7 +320,7 @@ class Up:
         """By pid: everything still alive is killed (and an embedded server it left is stopped)."""
         end_tree(sorted(self.pids))
         if (self.cwd / ".fleet" / "pgdata" / "postmaster.pid").exists():
-            from fleet.embedded import stop_embedded
+            from fleet.store.embedded import stop_embedded
 
             stop_embedded(self.cwd)
 

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from fleet.registry import STALE_AFTER_S
+from fleet.store.registry import STALE_AFTER_S
 from tests.support import Proc, apply_text, env_for, fleetctl_cmd, processes, scalar, ticker_cmd, wait_for
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from fleet.db import connect
+from fleet.store.db import connect
 from tests.support import (
     FAST,
     job_events,

@@ -28,11 +28,12 @@ from zoneinfo import ZoneInfo
 from hypothesis import HealthCheck, assume, event, example, given, note, settings
 from hypothesis import strategies as st
 
-from fleet.calendars import first_open_slot
-from fleet.catchup import Plan, StaleRun, plan_slots, settle_stale
-from fleet.cron import parse as parse_cron
-from fleet.schedfile import MAX_EVERY, ScheduleSpec, default_grace, parse_entry
-from fleet.schedule import (
+from fleet.process.settings import DEFAULT_CATCHUP_LIMIT, DEFAULT_LOOKAHEAD_S
+from fleet.timing.calendars import first_open_slot
+from fleet.timing.catchup import Plan, StaleRun, plan_slots, settle_stale
+from fleet.timing.cron import parse as parse_cron
+from fleet.timing.schedfile import MAX_EVERY, ScheduleSpec, default_grace, parse_entry
+from fleet.timing.schedule import (
     Timing,
     TimingError,
     first_slot_at_or_after,
@@ -42,7 +43,6 @@ from fleet.schedule import (
     saturating_add,
     slots_between,
 )
-from fleet.settings import DEFAULT_CATCHUP_LIMIT, DEFAULT_LOOKAHEAD_S
 
 T = TypeVar("T")
 
@@ -995,7 +995,7 @@ def cron_slots(
 ) -> list[datetime]:
     """The slots in [a, b], found by walking the UTC time line in `step`s (a minute, or a second
     for a seconds field) and reading each instant's wall time in `tz`, by the DST rules of
-    fleet.schedule: a cadence expression fires at every instant whose wall time matches; a
+    fleet.timing.schedule: a cadence expression fires at every instant whose wall time matches; a
     wall-clock one at one occurrence of a repeated wall time, and a matching wall time in a gap
     becomes the instant the gap ends (shift) or nothing (skip)."""
     out: list[datetime] = []

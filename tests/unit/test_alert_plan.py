@@ -7,10 +7,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from fleet.admin.alert_routes import AlertRoute
 from fleet.alert.evaluate import FLEET, OpenProblem, Plan, conditions, plan, span
-from fleet.alert_routes import AlertRoute
-from fleet.health import FleetHealth, TickerSeen
-from fleet.results import ScheduleHealth
+from fleet.health.results import ScheduleHealth
+from fleet.health.verdicts import FleetHealth, TickerSeen
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 TICKING = FleetHealth(live_tickers=1)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.alert_routes import DEFAULT_VERDICTS, gather_all, load_routes
+from fleet.admin.alert_routes import DEFAULT_VERDICTS, gather_all, load_routes
 from fleet.errors import ScheduleFileError
-from fleet.schedfile import load
+from fleet.timing.schedfile import load
 
 FILE = """
 [[schedule]]

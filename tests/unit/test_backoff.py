@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from fleet.backoff import backoff_ceiling, backoff_delay
+from fleet.timing.backoff import backoff_ceiling, backoff_delay
 
 
 def test_ceilings_from_the_design() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from fleet.schedfile import load
-from fleet.schedule import first_slot_at_or_after, next_slot
+from fleet.timing.schedfile import load
+from fleet.timing.schedule import first_slot_at_or_after, next_slot
 from loadtest.bench.backlog import batches
 from loadtest.bench.config import SECTIONS, SLOW_SECTIONS, options
 from loadtest.bench.million import schedule_lines

@@ -9,10 +9,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from fleet.calendars import Calendar, day_start, first_open_slot, from_row
-from fleet.catchup import plan_slots
-from fleet.schedfile import parse_entry
-from fleet.schedule import Timing, TimingError, slots_between
+from fleet.timing.calendars import Calendar, day_start, first_open_slot, from_row
+from fleet.timing.catchup import plan_slots
+from fleet.timing.schedfile import parse_entry
+from fleet.timing.schedule import Timing, TimingError, slots_between
 
 BERLIN = ZoneInfo("Europe/Berlin")
 HOUR = timedelta(hours=1)

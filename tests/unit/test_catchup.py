@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from fleet.catchup import StaleRun, plan_slots, settle_stale
-from fleet.schedfile import CatchUp
-from fleet.schedule import Timing
+from fleet.timing.catchup import StaleRun, plan_slots, settle_stale
+from fleet.timing.schedfile import CatchUp
+from fleet.timing.schedule import Timing
 
 UTC = UTC
 T = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
@@ -188,7 +188,7 @@ def test_a_long_grace_creates_at_most_max_catchup_slots() -> None:
 
 
 def test_a_cron_firing_only_in_daylight_saving_gaps_is_evaluated_at_once() -> None:
-    from fleet.schedule import TimingError, next_slot
+    from fleet.timing.schedule import TimingError, next_slot
 
     gap = Timing(cron="30 2 * 3 0#2", timezone="America/New_York", dst_missing="skip")
     start = time.process_time()

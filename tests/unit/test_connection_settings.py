@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.db import connect_kwargs, url_params
 from fleet.errors import ConfigError
 from fleet.ops.cli import main as fleetctl
+from fleet.store.db import connect_kwargs, url_params
 from fleet.ticker.cli import main as ticker
 from fleet.worker.cli import main as worker
 

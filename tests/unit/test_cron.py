@@ -1,4 +1,4 @@
-"""Unit tests for fleet.cron: every form of every field means what it means in cron, whatever
+"""Unit tests for fleet.timing.cron: every form of every field means what it means in cron, whatever
 cronsim would make of it, and lenient forms are either given their documented meaning or refused."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cronsim import CronSim
 
-from fleet.cron import CronError, parse
 from fleet.errors import ScheduleFileError
-from fleet.schedfile import load
-from fleet.schedule import Timing, TimingError, slots_between, validate_timing
+from fleet.timing.cron import CronError, parse
+from fleet.timing.schedfile import load
+from fleet.timing.schedule import Timing, TimingError, slots_between, validate_timing
 
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> datetime:

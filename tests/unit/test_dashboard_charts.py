@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from fleet.ledger import ScheduleLedger, SlotRange
+from fleet.health.ledger import ScheduleLedger, SlotRange
 from fleet.ops.dashboard.charts import SEVERITY, axis_label, coverage, nice_top, plots
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)

@@ -8,10 +8,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from fleet.db import connect_failure, describe, resolve_url
-from fleet.embedded import UP_LOCK, UpState, running_up, up_running, write_up_state
 from fleet.errors import ConfigError
 from fleet.ops.up import UpLock
+from fleet.store.db import connect_failure, describe, resolve_url
+from fleet.store.embedded import UP_LOCK, UpState, running_up, up_running, write_up_state
 
 
 def test_a_directory_without_a_running_up_has_no_database(tmp_path: Path) -> None:

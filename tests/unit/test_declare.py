@@ -11,11 +11,11 @@ import pytest
 
 import fleet
 from fleet import declare, jobs
-from fleet.apply import ApplyResult, _same_json
+from fleet.admin.apply import ApplyResult, _same_json
 from fleet.errors import ScheduleFileError
+from fleet.health.verdicts import verdict_text
 from fleet.ops import apply_report
-from fleet.ops.health import verdict_text
-from fleet.schedfile import load
+from fleet.timing.schedfile import load
 
 HERE = Path(__file__).name
 

@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from fleet.ops.cli import parser as fleetctl_parser
-from fleet.settings import worker_parser
+from fleet.process.settings import worker_parser
 from loadtest.bench import docs as bench_docs
 from loadtest.bench.report import Report
 
@@ -200,7 +200,7 @@ def test_a_rerun_replaces_the_sections_it_measured_and_the_page_says_so() -> Non
 
 def test_the_tutorials_sample_output_lists_every_migration() -> None:
     # `fleetctl migrate` and `fleetctl up` print the migrations they applied: on a new database, all
-    from fleet.migrate import migrations
+    from fleet.store.migrate import migrations
 
     every = ", ".join(str(m.version) for m in migrations())
     shown = {

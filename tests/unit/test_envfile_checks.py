@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet import envfile
-from fleet.envfile import read_env_file
 from fleet.errors import ConfigError
 from fleet.ops.cli import main as fleetctl
+from fleet.process import envfile
+from fleet.process.envfile import read_env_file
 
 
 def env_file(tmp_path: Path, text: str, mode: int) -> Path:
@@ -63,7 +63,7 @@ def test_exec_env_refuses_with_one_line_and_exit_2(
 def test_allowed_patterns_reach_exec_env_through_the_supervisord_command(tmp_path: Path) -> None:
     import shlex
 
-    from fleet.supervisor import SupervisorOptions, render
+    from fleet.process.supervisor import SupervisorOptions, render
 
     conf = render(SupervisorOptions(bin_dir="/v/bin", directory="/srv", apps=("jobs",), env_allow=("APP_*",)))
     line = next(x for x in conf.splitlines() if x.startswith("command=") and "fleet-worker" in x)

@@ -7,7 +7,7 @@ from typing import get_args
 
 import pytest
 
-from fleet.health import (
+from fleet.health.verdicts import (
     SEVERITY,
     UNHEALTHY,
     FleetHealth,

@@ -18,7 +18,10 @@ def test_jaeger_search_url_finds_one_slot_by_its_tags() -> None:
     assert (parts.scheme, parts.netloc, parts.path) == ("http", "jaeger.internal:16686", "/search")
     q = dict(urllib.parse.parse_qsl(parts.query))
     assert q["service"] == "fleet-worker"
-    assert json.loads(q["tags"]) == {"fleet.schedule": "nightly-report", "fleet.slot": "2026-11-02T01:00:00Z"}
+    assert json.loads(q["tags"]) == {
+        "fleet.schedule": "nightly-report",
+        "fleet.slot": "2026-11-02T01:00:00Z",
+    }
     # A custom time range around the slot (microseconds), not the UI's default of the last hour.
     assert q["lookback"] == "custom"
     assert int(q["start"]) == int((SLOT - timedelta(hours=1)).timestamp() * 1_000_000)

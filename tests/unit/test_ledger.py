@@ -1,4 +1,4 @@
-"""The slot ledger's merge (fleet.ledger), without a database: each classification, the facts'
+"""The slot ledger's merge (fleet.health.ledger), without a database: each classification, the facts'
 order, the settling of slots without a run, and the same ledger however the streams are chunked
 (the block comparison of aligned runs agrees with the slot-by-slot walk)."""
 
@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.ledger import (
+from fleet.health.ledger import (
     BLOCK,
     DEAD,
     DONE,
@@ -27,7 +27,7 @@ from fleet.ledger import (
     instant,
     micros,
 )
-from fleet.schedule import DROPPED_COUNT_LIMIT
+from fleet.timing.schedule import DROPPED_COUNT_LIMIT
 
 M = 60_000_000  # a minute in microseconds
 START = datetime(2026, 3, 1, tzinfo=UTC)

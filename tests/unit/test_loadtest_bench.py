@@ -10,9 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fleet.queries import q
-from fleet.schedfile import load
-from fleet.schedule import Timing, first_slot_at_or_after
+from fleet.store.queries import q
+from fleet.timing.schedfile import load
+from fleet.timing.schedule import Timing, first_slot_at_or_after
 from loadtest.bench import docs as bench_docs
 from loadtest.bench.__main__ import parse
 from loadtest.bench.bouncer import ini

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from fleet.ops.control import ProcInfo
-from fleet.schedfile import load
-from fleet.schedule import slots_between
+from fleet.timing.schedfile import load
+from fleet.timing.schedule import slots_between
 from loadtest.faults import plan_faults
 from loadtest.fleetrun import FleetRun
 from loadtest.jobs import WorkArgs, draw_duration, is_permanent, is_transient, parse_distribution

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from fleet import logs
+from fleet.observe import logs
 
 SLOT = datetime(2026, 11, 2, 1, 0, tzinfo=UTC)
 
@@ -143,7 +143,7 @@ def test_text_lines_escape_what_values_hold() -> None:
 def test_library_warnings_become_lines_and_their_info_does_not(out: io.BytesIO) -> None:
     import logging
 
-    import fleet.pool  # noqa: F401 - its filter drops the pool's line per failed connection attempt
+    import fleet.store.pool  # noqa: F401 - its filter drops the pool's line per failed connection attempt
 
     pool = logging.getLogger("psycopg.pool")
     pool.info("connection returned")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.process_tree import END, END_NOW, ProcessTree, keeper_argv, start_time
+from fleet.process.process_tree import END, END_NOW, ProcessTree, keeper_argv, start_time
 from tests.support import wait_for
 
 
@@ -207,7 +207,7 @@ def test_the_keeper_ends_the_tree_when_its_parent_dies(
     # The keeper's parent (a worker) is killed: its parent-death signal asks it to end the tree.
     launcher = (
         "import os, subprocess, sys, time\n"
-        "from fleet.process_tree import keeper_argv\n"
+        "from fleet.process.process_tree import keeper_argv\n"
         "r, w = os.pipe()\n"
         f"argv = keeper_argv(w, 0.5, ['sh', '-c', {DAEMONISE + 'exec sleep 300'!r}])\n"
         "k = subprocess.Popen(argv, pass_fds=(w,), start_new_session=True)\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fleet.queries import STATEMENTS, compact, parse_statements
+from fleet.store.queries import STATEMENTS, compact, parse_statements
 
 # psycopg keeps its conversion of a statement's placeholders only for texts up to this length
 # (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH); a longer hot statement is parsed at every execution.
@@ -32,14 +32,14 @@ def test_compact_drops_comment_lines_indentation_and_spaces_that_do_not_matter()
 def test_statements_notify_only_the_channels_defined_in_keys_and_take_lock_keys_as_parameters() -> None:
     import re
 
-    from fleet import keys
+    from fleet.store import keys
 
     channels = {keys.RUNS_CHANNEL, keys.SCHEDULES_CHANNEL}
     for name, sql in STATEMENTS.items():
         for channel in re.findall(r"pg_notify\('([^']*)'", sql):
             assert channel in channels, (name, channel)
         for key in re.findall(r"pg_(?:try_)?advisory_(?:xact_)?lock\(([^)]*)\)", sql):
-            assert key.startswith("%("), (name, key)  # a constant of fleet.keys, passed in
+            assert key.startswith("%("), (name, key)  # a constant of fleet.store.keys, passed in
 
 
 def test_statement_names_are_noun_verb() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.db import redact, scrub, url_params
 from fleet.errors import ConfigError
+from fleet.store.db import redact, scrub, url_params
 
 SECRET = "s3cr?t w0rd"
 

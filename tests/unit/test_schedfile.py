@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from fleet.errors import ScheduleFileError
-from fleet.schedfile import load
+from fleet.timing.schedfile import load
 
 FULL = """
 [[schedule]]

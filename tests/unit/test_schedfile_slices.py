@@ -7,9 +7,9 @@ import tomllib
 
 import pytest
 
-from fleet import schedfile
 from fleet.errors import ScheduleFileError
-from fleet.schedfile import load
+from fleet.timing import schedfile
+from fleet.timing.schedfile import load
 
 
 @pytest.fixture(autouse=True)

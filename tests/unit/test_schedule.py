@@ -1,4 +1,4 @@
-"""Unit tests for fleet.schedule: durations, validation, interval and cron slots, daylight saving."""
+"""Unit tests for fleet.timing.schedule: durations, validation, interval and cron slots, daylight saving."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim
 
-from fleet.schedule import (
+from fleet.timing.schedule import (
     Timing,
     TimingError,
     describe,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fleet.errors import ScheduleFileError
-from fleet.schedfile import load
+from fleet.timing.schedfile import load
 
 BASE = 'name = "s"\njob = "noop"\n'
 

@@ -1,4 +1,4 @@
-"""Unit tests for fleet.schedule's cheaper walks: one walk of the wall clock for cadence
+"""Unit tests for fleet.timing.schedule's cheaper walks: one walk of the wall clock for cadence
 expressions while wall times occur once, slots with the next one in one walk, and cadence runs of
 equal gaps. Each is checked against the plain evaluation around daylight saving transitions."""
 
@@ -9,7 +9,7 @@ from itertools import islice
 
 import pytest
 
-from fleet.schedule import (
+from fleet.timing.schedule import (
     Timing,
     _plan,
     cadence_run,
@@ -18,7 +18,7 @@ from fleet.schedule import (
     slots_and_next,
     slots_between,
 )
-from fleet.schedule import next_slot as next_after
+from fleet.timing.schedule import next_slot as next_after
 
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "America/Santiago", "Australia/Lord_Howe")
 EXPRESSIONS = ("0 * * * *", "30 * * * *", "*/20 * * * *", "15 30 * * * *", "0 */2 * * *", "0 9 * * 1-5")

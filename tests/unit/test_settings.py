@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fleet.errors import ConfigError
-from fleet.settings import ticker_settings, worker_settings
+from fleet.process.settings import ticker_settings, worker_settings
 
 APP = ["--app", "fleet_test_jobs"]
 

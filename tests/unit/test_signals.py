@@ -15,7 +15,7 @@ import pytest
 SCRIPT = textwrap.dedent(
     """
     import gc, os, signal, sys
-    from fleet.signals import on_stop_signal
+    from fleet.process.signals import on_stop_signal
 
     restore = on_stop_signal(lambda sig: None)
     if sys.argv[1] == "restored":

@@ -1,4 +1,4 @@
-"""Unit tests for fleet.schedule.slot_offsets, the day-at-a-time enumeration that `verify` uses:
+"""Unit tests for fleet.timing.schedule.slot_offsets, the day-at-a-time enumeration that `verify` uses:
 over any window, in any zone, for any expression it gives exactly the slots of the plain walk
 (slots_between), offset changes and the far ends of the calendar included."""
 
@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet.schedule import Timing, slot_offsets, slots_between
+from fleet.timing.schedule import Timing, slot_offsets, slots_between
 
 ZONES = (
     "UTC",

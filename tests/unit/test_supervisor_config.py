@@ -13,9 +13,9 @@ import pytest
 from supervisor.datatypes import RestartUnconditionally
 from supervisor.options import ServerOptions
 
-from fleet.envfile import parse_env, render_env
 from fleet.errors import ConfigError
-from fleet.supervisor import STOP_MARGIN_S, SupervisorOptions, render, slot_number, worker_name
+from fleet.process.envfile import parse_env, render_env
+from fleet.process.supervisor import STOP_MARGIN_S, SupervisorOptions, render, slot_number, worker_name
 
 HOST = platform.node()
 

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 from opentelemetry.trace import SpanKind, StatusCode
 
-from fleet import telemetry
+from fleet.observe import telemetry
 from fleet.worker import spans as attempt_spans
 from fleet.worker.attempt import Attempt, execute
 

@@ -11,7 +11,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from fleet import logs, trace_export
+from fleet.observe import logs, trace_export
 from tests.support import free_port, wait_for
 
 

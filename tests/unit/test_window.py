@@ -12,10 +12,10 @@ from typing import Any
 import orjson
 import pytest
 
-from fleet.catchup import StaleRun, plan_slots, settle_stale, settled_collapsed
-from fleet.schedfile import parse_entry, spread_offset
-from fleet.schedule import Timing
-from fleet.window import MAX_RESULT_BYTES, NO_WINDOW, Collapsed, Window, result_json, window_of
+from fleet.timing.catchup import StaleRun, plan_slots, settle_stale, settled_collapsed
+from fleet.timing.schedfile import parse_entry, spread_offset
+from fleet.timing.schedule import Timing
+from fleet.timing.window import MAX_RESULT_BYTES, NO_WINDOW, Collapsed, Window, result_json, window_of
 from fleet.worker.attempt import Attempt, returned
 from fleet.worker.finish import decide
 
@@ -268,8 +268,8 @@ def test_stale_runs_settle_from_their_start_and_the_kept_one_stands_for_the_othe
 
 
 def test_a_command_job_reads_its_window_from_the_environment(tmp_path: Any) -> None:
-    from fleet.command_jobs import CommandJob
     from fleet.jobs import JobContext
+    from fleet.process.command_jobs import CommandJob
 
     out = tmp_path / "window.txt"
     job = CommandJob(

@@ -19,12 +19,12 @@ import orjson
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from fleet import logs
 from fleet.errors import DatabaseUnavailable, RequestError, UnknownRun, UnknownSchedule, UsageError
-from fleet.inspect import health_report, run_get
-from fleet.ops.inspect import human
+from fleet.health.reading import health_report, run_get
+from fleet.observe import logs
+from fleet.ops.status import human
 from fleet.ops.targets import iso, parse_instant, schedule_row
-from fleet.queries import q
+from fleet.store.queries import q
 
 from . import pages
 from .charts import COVERAGE_WORDS, SEVERITY

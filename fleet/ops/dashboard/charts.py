@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from fleet.ledger import ScheduleLedger
+from fleet.health.ledger import ScheduleLedger
 
 WIDTH: Final = 1000.0  # the drawings' width; the page scales them
 CELLS: Final = 120  # the coverage strip's cells

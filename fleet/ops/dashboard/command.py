@@ -8,11 +8,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from fleet.db import connect, resolve_url
 from fleet.errors import UsageError
 from fleet.ops.connection import require_schema
-from fleet.pool import make_pool
-from fleet.signals import on_stop_signal
+from fleet.process.signals import on_stop_signal
+from fleet.store.db import connect, resolve_url
+from fleet.store.pool import make_pool
 
 from .config import (
     DEFAULT_LISTEN,

@@ -14,20 +14,28 @@ from typing import Any, Final, Generic, TypeVar
 import orjson
 import psycopg
 
-from fleet import health, logs
-from fleet.audit import audit_list, summary
+from fleet.admin.audit import audit_list, summary
+from fleet.admin.repair import (
+    check_note,
+    run_discard,
+    run_retry,
+    run_trigger,
+    schedule_pause,
+    schedule_resume,
+)
 from fleet.errors import UsageError
-from fleet.health import FleetHealth
-from fleet.inspect import health_report, run_history
-from fleet.ops.inspect import fleet_lines, live_processes, retrying_note, schedule_health
+from fleet.health import verdicts
+from fleet.health.reading import health_report, run_history
+from fleet.health.results import ScheduleHealth
+from fleet.health.verdicts import FleetHealth
+from fleet.health.verify import verify
+from fleet.observe import logs
 from fleet.ops.jaeger import jaeger_search_url
+from fleet.ops.status import fleet_lines, live_processes, retrying_note, schedule_health
 from fleet.ops.targets import iso, parse_instant, schedule_row
-from fleet.queries import q
-from fleet.registry import STALE_AFTER_S
-from fleet.repair import check_note, run_discard, run_retry, run_trigger, schedule_pause, schedule_resume
-from fleet.results import ScheduleHealth
-from fleet.schedule import TimingError, nominal_interval, timing_of
-from fleet.verify import verify
+from fleet.store.queries import q
+from fleet.store.registry import STALE_AFTER_S
+from fleet.timing.schedule import TimingError, nominal_interval, timing_of
 
 from .charts import Coverage, coverage, plots
 from .config import trace_link
@@ -63,7 +71,7 @@ COVERAGE_SLOTS: Final = 50_000
 MAX_LEDGER_WINDOW: Final = timedelta(days=31)
 MAX_LEDGER_SLOTS: Final = 2_000_000
 LEDGER_RANGES: Final = 500
-VERDICTS: Final = health.SEVERITY
+VERDICTS: Final = verdicts.SEVERITY
 # What the overview shows of each verdict, in its legend.
 VERDICT_MEANINGS: Final[dict[str, str]] = {
     "BROKEN": "its timing cannot be evaluated: fix the schedule",

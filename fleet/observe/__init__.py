@@ -1,0 +1,1 @@
+"""What a process tells: its event logs, the text it prints, and its traces (OpenTelemetry)."""
