@@ -215,3 +215,27 @@ def start_worker(
     )
     procs.append(p)
     return p
+
+
+@contextmanager
+def login_roles(
+    server_url: str, db_url: str, kinds: tuple[str, ...], prefix: str
+) -> Iterator[dict[str, str]]:
+    """A login role granted each fleet role of `kinds` (`fleet_<kind>`), named after `prefix` and
+    this process (unique to the test), and the URL of `db_url` for each; dropped afterwards. The
+    fleet's roles must exist (`fleetctl migrate --roles`)."""
+    from psycopg.conninfo import make_conninfo
+
+    from fleet.store.db import connect
+
+    names = {kind: f"{prefix}_{kind}_{os.getpid()}" for kind in kinds}
+    with connect(server_url, "fleet-tests roles") as admin:
+        for kind, name in names.items():
+            admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+            admin.execute(f'CREATE ROLE "{name}" LOGIN IN ROLE fleet_{kind}')
+    try:
+        yield {kind: make_conninfo(db_url, user=name) for kind, name in names.items()}
+    finally:
+        with connect(server_url, "fleet-tests roles") as admin:
+            for name in names.values():
+                admin.execute(f'DROP ROLE IF EXISTS "{name}"')

@@ -13,7 +13,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
 import fleet
 from fleet.admin import apply as apply_module
@@ -23,7 +22,7 @@ from fleet.store import chores
 from fleet.store.db import connect
 from fleet.ticker.retention import retention_chore
 from tests.integration.ops_support import add_run, fleetctl, fleetctl_json, hourly
-from tests.support import apply_text, scalar
+from tests.support import apply_text, login_roles, scalar
 
 Cap = pytest.CaptureFixture[str]
 SLOT = datetime(2026, 3, 1, 10, tzinfo=UTC)
@@ -224,17 +223,8 @@ def test_old_audit_rows_go_with_the_retention_of_their_schedule(conn: psycopg.Co
 def role_urls(db_url: str, server_url: str) -> Iterator[dict[str, str]]:
     """A login role granted fleet_operator, fleet_reader and fleet_ticker each (unique to this test)."""
     assert main(["--database-url", db_url, "migrate", "--roles"]) == 0
-    names = {kind: f"t_audit_{kind}_{os.getpid()}" for kind in ("operator", "reader", "ticker")}
-    with connect(server_url, "fleet-tests roles") as admin:
-        for kind, name in names.items():
-            admin.execute(f'DROP ROLE IF EXISTS "{name}"')
-            admin.execute(f'CREATE ROLE "{name}" LOGIN IN ROLE fleet_{kind}')
-    try:
-        yield {kind: make_conninfo(db_url, user=name) for kind, name in names.items()}
-    finally:
-        with connect(server_url, "fleet-tests roles") as admin:
-            for name in names.values():
-                admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+    with login_roles(server_url, db_url, ("operator", "reader", "ticker"), "t_audit") as urls:
+        yield urls
 
 
 def test_the_database_says_who_and_when_and_only_the_operator_writes(

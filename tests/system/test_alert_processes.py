@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import signal
 from collections import Counter
 from collections.abc import Iterator
@@ -15,12 +14,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
 from fleet.ops.cli import main as fleetctl
 from fleet.store.db import connect
 from tests.alert_receivers import SmtpReceiver, WebhookReceiver
-from tests.support import Proc, env_for, fleetctl_cmd, log_events, processes, scalar, wait_for
+from tests.support import Proc, env_for, fleetctl_cmd, log_events, login_roles, processes, scalar, wait_for
 
 SCHEDULES = 12
 
@@ -168,17 +166,8 @@ def test_a_test_notice_says_whether_the_route_reaches_its_receiver(
 def role_urls(db_url: str, server_url: str) -> Iterator[dict[str, str]]:
     """A login role granted fleet_alert only, and one granted fleet_operator only, and their URLs."""
     assert fleetctl(["--database-url", db_url, "migrate", "--roles"]) == 0
-    names = {kind: f"t_{kind}_{os.getpid()}" for kind in ("alert", "operator")}
-    with connect(server_url, "fleet-tests roles") as admin:
-        for kind, name in names.items():
-            admin.execute(f'DROP ROLE IF EXISTS "{name}"')
-            admin.execute(f'CREATE ROLE "{name}" LOGIN IN ROLE fleet_{kind}')
-    try:
-        yield {kind: make_conninfo(db_url, user=name) for kind, name in names.items()}
-    finally:
-        with connect(server_url, "fleet-tests roles") as admin:
-            for name in names.values():
-                admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+    with login_roles(server_url, db_url, ("alert", "operator"), "t") as urls:
+        yield urls
 
 
 def test_the_alert_role_reads_health_and_sends_and_changes_nothing_else(

@@ -15,7 +15,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
 from fleet.ops.cli import main as fleetctl
 from fleet.store.db import connect
@@ -30,6 +29,7 @@ from tests.support import (
     Proc,
     env_for,
     fleetctl_cmd,
+    login_roles,
     processes,
     scalar,
     ticker_cmd,
@@ -52,18 +52,8 @@ catchup = "skip"
 def role_urls(db_url: str, server_url: str) -> Iterator[dict[str, str]]:
     """A login role per fleet role (unique to this test), and a URL for each."""
     assert fleetctl(["--database-url", db_url, "migrate", "--roles"]) == 0
-    suffix = f"{os.getpid()}"
-    names = {kind: f"t_{kind}_{suffix}" for kind in KINDS}
-    with connect(server_url, "fleet-tests roles") as admin:
-        for kind, name in names.items():
-            admin.execute(f'DROP ROLE IF EXISTS "{name}"')
-            admin.execute(f'CREATE ROLE "{name}" LOGIN IN ROLE fleet_{kind}')
-    try:
-        yield {kind: make_conninfo(db_url, user=name) for kind, name in names.items()}
-    finally:
-        with connect(server_url, "fleet-tests roles") as admin:
-            for name in names.values():
-                admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+    with login_roles(server_url, db_url, KINDS, "t") as urls:
+        yield urls
 
 
 def denied(url: str, sql: str) -> str:
