@@ -117,6 +117,10 @@ class FleetRun:
         exe = Path(opts.bin_dir) / "supervisord"
         cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "supervisor.supervisord"]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "OTEL_"))}
+        # A stop signal is held back while supervisord starts: the load test's handler raises, and
+        # raised between the fork and the assignment it would leave supervisord running unknown to
+        # stop(). It is delivered once self.proc holds the process (the child unblocks it).
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         with open(self.logs / "supervisord.out", "ab") as out:
             self.proc = subprocess.Popen(
                 [*cmd, "-n", "-c", str(self.conf_path)],
@@ -128,6 +132,7 @@ class FleetRun:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         self.sv = Supervisor(f"unix://{opts.socket}")
         want = self.cfg.workers + self.cfg.tickers
         end = time.monotonic() + START_TIMEOUT_S
@@ -277,8 +282,13 @@ def _alive_as(pid: int, text: str) -> bool:
         return False
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
 def _die_with_parent() -> None:
-    """In supervisord before exec: SIGTERM when the load test dies, so no fleet outlives it (Linux)."""
+    """In supervisord before exec: SIGTERM when the load test dies, so no fleet outlives it (Linux);
+    the stop signals the load test held back while starting it are supervisord's to receive."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     if sys.platform == "linux":
         with contextlib.suppress(Exception):
             ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

@@ -134,7 +134,7 @@ def run(cfg: LoadConfig, opts: RunOptions) -> int:
             server.stop()
         if made and not keep_server:
             stop_embedded(workdir)  # one interrupted while it started, before `server` was set
-            shutil.rmtree(workdir, ignore_errors=True)
+            _remove(workdir)
         for s, h in old.items():
             signal.signal(s, h)
     assert result is not None and server is not None
@@ -245,3 +245,14 @@ def audit_only(url: str, json_path: Path | None, png_path: Path | None) -> int:
         result = audit(conn)
     _publish(result, RunOptions(json_path=json_path, png_path=png_path))
     return 0 if result.ok else 1
+
+
+def _remove(workdir: Path, within_s: float = 10.0) -> None:
+    """Remove the work directory, again while a process that is just ending (the embedded database,
+    a fleet process writing its last log line) still adds to it, for `within_s` at most."""
+    end = time.monotonic() + within_s
+    while True:
+        shutil.rmtree(workdir, ignore_errors=True)
+        if not workdir.exists() or time.monotonic() > end:
+            return
+        time.sleep(0.1)

@@ -234,8 +234,9 @@ def test_a_run_interrupted_with_ctrl_c_stops_everything_and_removes_its_work_fil
             [sys.executable, "-m", "loadtest", *TINY], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
         )
     try:
-        # Supervisord is starting: the embedded database runs and its files are in the work directory.
-        wait_for(lambda: "starting supervisord" in log.read_text(), 90, what="the fleet to start")
+        # The fleet runs and its load is applied: the embedded database and supervisord's processes
+        # run, their files in the work directory.
+        wait_for(lambda: "slots/s, first slot at" in log.read_text(), 90, what="the fleet to run its load")
         workdir = work_directory(log.read_text())
         assert (workdir / ".fleet" / "pgdata").is_dir() and processes_naming(workdir)
         proc.send_signal(signal.SIGINT)
