@@ -13,7 +13,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from fleet.timing.schedule import DROPPED_COUNT_LIMIT
 
@@ -33,38 +33,11 @@ Outcome = Literal[
     "missed",
     "unexplained",
 ]
-OUTCOMES: Final[tuple[Outcome, ...]] = (
-    "once",
-    "retried",
-    "reclaimed",
-    "skipped",
-    "dead",
-    "pending",
-    "running",
-    "never_started",
-    "unplanned",
-    "pruned",
-    "missed",
-    "unexplained",
-)
+OUTCOMES: Final[tuple[Outcome, ...]] = get_args(Outcome)
 SkipPolicy = Literal["catchup", "max_lateness", "overlap", "calendar", "discarded", "other"]
-SKIP_POLICIES: Final[tuple[SkipPolicy, ...]] = (
-    "catchup",
-    "max_lateness",
-    "overlap",
-    "calendar",
-    "discarded",
-    "other",
-)
+SKIP_POLICIES: Final[tuple[SkipPolicy, ...]] = get_args(SkipPolicy)
 MissReason = Literal["paused", "broken", "disabled", "before_created", "timing_changed", "catchup"]
-MISS_REASONS: Final[tuple[MissReason, ...]] = (
-    "paused",
-    "broken",
-    "disabled",
-    "before_created",
-    "timing_changed",
-    "catchup",
-)
+MISS_REASONS: Final[tuple[MissReason, ...]] = get_args(MissReason)
 # A range of the ledger that is not a slot: a run at an instant the timing does not yield.
 NOT_A_SLOT: Final = "not_a_slot"
 

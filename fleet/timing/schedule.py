@@ -842,10 +842,11 @@ def slot_offsets(t: Timing, start: datetime, end: datetime) -> Iterator[tuple[da
     if first > last:
         return
     plan = _plan(t)
-    if not isinstance(plan, _CronPlan) or t.cron is None:
-        slots = slots_between(t, first, last, 2**62)
-        if slots:
-            yield slots[0], [(s - slots[0]) // _MICROSECOND for s in slots]
+    if isinstance(plan, _IntervalPlan):
+        # an interval's slots by arithmetic: its first slot in the range, then every `every`
+        begin, end_slot = first_slot_at_or_after(t, first), latest_slot_at_or_before(t, last)
+        if begin is not None and end_slot is not None and begin <= end_slot:
+            yield begin, range(0, (end_slot - begin) // _MICROSECOND + 1, plan.every // _MICROSECOND)
         return
     times, day_expr = _day_parts(plan.expr)
     cursor = first  # the slots before it are given

@@ -661,16 +661,10 @@ def test_a_spread_schedule_keeps_the_bounds(
 LOOP_CALLS = 12
 
 
-@PLANNING
-@given(entry=entries(), applied_at=APPLIED, later=LATER)
-@example(**LONG_GRACE)
-@example(**DENSE_IN_AUTUMN)
-def test_the_ticks_at_one_instant_keep_the_bounds_together(
-    entry: dict[str, Any], applied_at: datetime, later: timedelta
-) -> None:
-    spec = accepted_spec(entry)
-    s = store(spec, applied_at)
-    now = s.next_run_at + later
+def ticks_at(s: Stored, now: datetime) -> tuple[list[datetime], int, datetime | None]:
+    """Ticks at one instant `now`, each checked (check_plan), until nothing is left to plan within
+    the lookahead or LOOP_CALLS ticks: the slots created, in order and each once, the ticks taken,
+    and the next slot left to plan (none once the calendar's `until` ended the schedule)."""
     nxt: datetime | None = s.next_run_at
     created: list[datetime] = []
     calls = 0
@@ -682,9 +676,27 @@ def test_the_ticks_at_one_instant_keep_the_bounds_together(
         assert not created or not slots or slots[0] > created[-1], "a slot planned twice"
         created += slots
         calls += 1
+        if p.ended:
+            # no slot after `until` is left to plan: the schedule is never due again
+            assert s.spec.calendar is not None and p.next_run_at is None
+            return created, calls, None
         if p.next_run_at is None or not slots and p.next_run_at == nxt:
             break
         nxt = p.next_run_at
+    return created, calls, nxt
+
+
+@PLANNING
+@given(entry=entries(), applied_at=APPLIED, later=LATER)
+@example(**LONG_GRACE)
+@example(**DENSE_IN_AUTUMN)
+def test_the_ticks_at_one_instant_keep_the_bounds_together(
+    entry: dict[str, Any], applied_at: datetime, later: timedelta
+) -> None:
+    spec = accepted_spec(entry)
+    s = store(spec, applied_at)
+    now = s.next_run_at + later
+    created, calls, nxt = ticks_at(s, now)
     due = [slot for slot in created if slot <= now]
     assert len(due) <= spec.max_catchup, (
         f"{len(due)} due slots in {calls} ticks, max_catchup {spec.max_catchup}"
@@ -780,24 +792,7 @@ def test_the_ticks_at_one_instant_with_a_calendar_keep_the_bounds_together(
     spec = accepted_spec(with_calendar(data, applied_at, later))
     s = store(spec, applied_at)
     now = s.next_run_at + later
-    nxt: datetime | None = s.next_run_at
-    created: list[datetime] = []
-    calls = 0
-    while nxt is not None and nxt <= now + LOOKAHEAD and calls < LOOP_CALLS:
-        p = plan(s, nxt, now)
-        if p is None:
-            break
-        slots = check_plan(s, nxt, now, p)
-        assert not created or not slots or slots[0] > created[-1], "a slot planned twice"
-        created += slots
-        calls += 1
-        if p.ended:
-            # no slot after `until` is left to plan: the schedule is never due again
-            assert spec.calendar is not None and p.next_run_at is None
-            break
-        if p.next_run_at is None or not slots and p.next_run_at == nxt:
-            break
-        nxt = p.next_run_at
+    created, _, _ = ticks_at(s, now)
     assert len([slot for slot in created if slot <= now]) <= spec.max_catchup
 
 
