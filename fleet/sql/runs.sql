@@ -85,10 +85,9 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- a backlog of one of its jobs does not hold its other jobs back.
 -- `now` has no cast (coalesce with now() gives it its type), and the locking clauses need not name
 -- their only table: the statement stays under psycopg's 4 kB cache limit.
--- A run's first claim (attempts still 0) adds to its window the schedule's newest successful run
--- before its slot and that run's result (fleet.previous_success, inlined: one probe of
--- job_runs_done), kept on the run so that every later attempt sees the same window whatever
--- finished meanwhile.
+-- The claim leaves the run's window as stored: the previous success is looked up only when a
+-- handler reads it (run_window_look), since that probe cost more than the rest of the claim's work
+-- on the run.
 WITH expired AS (
     SELECT r.ctid AS t, r.*
     FROM fleet.job_runs r
@@ -140,13 +139,11 @@ claimed AS (
         trace_id = encode(substr(%(ids)b::bytea, c.n * 24 - 23, 16), 'hex'),
         span_id = encode(substr(%(ids)b::bytea, c.n * 24 - 7, 8), 'hex'),
         traced = %(traced)b,
-        start_by = NULL,
-        run_window = coalesce(r.run_window || w.found, r.run_window, w.found)
-    FROM (SELECT c.t, c.schedule_name, c.scheduled_for, c.attempts, row_number() OVER ()::int AS n FROM cand c
+        start_by = NULL
+    FROM (SELECT c.t, row_number() OVER ()::int AS n FROM cand c
           WHERE c.overlap = 'allow'
              OR EXISTS (SELECT 1 FROM gate g WHERE g.name = c.schedule_name AND g.running_slot = c.scheduled_for)
           OFFSET 0) c
-    LEFT JOIN LATERAL fleet.previous_success(c.schedule_name, c.scheduled_for, c.attempts) w ON true
     WHERE r.ctid = c.t
     RETURNING r.schedule_name, r.scheduled_for, r.job, nullif(r.args, '{}') AS args, r.attempts, r.failures,
               r.origin, r.started_at, r.trace_id, r.span_id, r.created_trace_id, r.created_span_id,
@@ -209,6 +206,32 @@ FROM unnest(%(names)b::text[], %(slots)b::timestamptz[], %(attempts)b::integer[]
 WHERE r.schedule_name = v.name AND r.scheduled_for = v.slot AND r.attempts = v.attempt
   AND r.status::text = 'running' AND r.locked_by = %(worker)s
 RETURNING r.schedule_name, r.scheduled_for, r.attempts
+
+-- name: run_window_look
+-- The previous success of a run's window (the schedule's newest successful run before its slot and
+-- that run's result, one probe of job_runs_done), looked up when a handler first reads
+-- `ctx.window`, and kept with the run so that every later attempt of the slot sees the same window
+-- whatever finished meanwhile: a window that names its previous success (`previous_slot`, null
+-- for none) is never looked up again. Kept only by the attempt that holds the run (fenced like a
+-- heartbeat); `found` is what the lookup found, for an attempt that no longer holds it.
+WITH f AS (
+    SELECT coalesce((SELECT w.found FROM fleet.previous_success(%(name)s, %(slot)s, 0) w),
+                    '{"previous_slot": null, "previous_result": null}') AS found
+),
+kept AS (
+    UPDATE fleet.job_runs r
+    SET run_window = coalesce(r.run_window, '{}') || f.found
+    FROM f
+    WHERE r.schedule_name = %(name)s AND r.scheduled_for = %(slot)s AND r.attempts = %(attempt)s
+      AND r.status::text = 'running' AND r.locked_by = %(worker)s
+      AND (r.run_window ? 'previous_slot') IS NOT TRUE
+    RETURNING r.run_window
+)
+SELECT (SELECT k.run_window FROM kept k) AS kept,
+       (SELECT r.run_window FROM fleet.job_runs r
+        WHERE r.schedule_name = %(name)s AND r.scheduled_for = %(slot)s) AS stored,
+       f.found
+FROM f
 
 -- name: run_restamp
 -- A worker claimed again an attempt it still runs (its first claim's commit was lost): the row keeps

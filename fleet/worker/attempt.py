@@ -10,6 +10,7 @@ import os
 import socket
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -17,7 +18,8 @@ from typing import Any, Literal
 from fleet.errors import Cancelled, Permanent
 from fleet.jobs import CancelSignal, Handler, JobContext, idempotency_key
 from fleet.observe import logs, telemetry
-from fleet.timing.window import result_json, window_of
+from fleet.store.db import describe
+from fleet.timing.window import Window, result_json, window_of
 
 # running: the handler runs and this worker owns the lease.
 # recorded: the outcome is decided (finished, timed out, handed back); the thread may still run.
@@ -153,9 +155,25 @@ class Attempt:
     def deadline_mono(self) -> float | None:
         return self.started_mono + self.timeout.total_seconds() if self.timeout else None
 
-    def context(self, worker_id: str) -> JobContext:
-        # Positional (in JobContext's field order): made for every attempt, and keywords cost more.
-        return JobContext(
+    def context(self, worker_id: str, look: Look | None = None) -> JobContext:
+        """The handler's context. Its window's previous success is looked up with `look` at the first
+        read (fleet.worker.previous) unless the run's stored window names it already; without
+        `look`, the window is the stored one."""
+        stored = self.run_window
+        if look is None or (stored is not None and "previous_slot" in stored):
+            # Positional (in JobContext's field order): made for every attempt, and keywords cost more.
+            return JobContext(
+                self.schedule,
+                self.slot,
+                self.attempt,
+                self.args,
+                worker_id,
+                self.job,
+                self.cancel,
+                lambda: self.lease_deadline_mono,
+                window_of(stored),
+            )
+        ctx = ReadOnFirstUse(
             self.schedule,
             self.slot,
             self.attempt,
@@ -164,8 +182,40 @@ class Attempt:
             self.job,
             self.cancel,
             lambda: self.lease_deadline_mono,
-            window_of(self.run_window),
+            _UNREAD,
         )
+        ctx._look = lambda: self._window_from(look)
+        return ctx
+
+    def _window_from(self, look: Look) -> Window:
+        try:
+            self.run_window = look(self)  # later contexts of this attempt read it from here
+        except Exception as e:
+            raise RuntimeError(f"ctx.window could not be read from the database: {describe(e)}") from e
+        return window_of(self.run_window)
+
+
+# Looks up the previous success of an attempt's window: the window as kept with the run.
+Look = Callable[[Attempt], dict[str, Any]]
+# The window of a context not read yet (compared by identity).
+_UNREAD = Window()
+
+
+class ReadOnFirstUse(JobContext):
+    """A handler's context whose `window` is looked up when first read (then kept)."""
+
+    _look: Callable[[], Window]
+
+    @property
+    def window(self) -> Window:
+        w: Window = self.__dict__["_window"]
+        if w is _UNREAD:
+            w = self.__dict__["_window"] = self._look()
+        return w
+
+    @window.setter
+    def window(self, value: Window) -> None:
+        self.__dict__["_window"] = value
 
 
 def execute(handler: Handler, ctx: JobContext) -> Verdict:

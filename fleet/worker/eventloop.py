@@ -17,7 +17,7 @@ from typing import Any
 from fleet.jobs import Handler
 from fleet.observe import logs, telemetry
 from fleet.worker import spans
-from fleet.worker.attempt import Attempt, Verdict, error_text, execute_async
+from fleet.worker.attempt import Attempt, Look, Verdict, error_text, execute_async
 
 # A loop that has not run its beat for this long is blocked: a handler runs code that does not await
 # (`time.sleep`, a synchronous client, a long computation), and every other async run waits for it.
@@ -39,8 +39,10 @@ class EventLoop(threading.Thread):
         worker_id: str,
         may_start: Callable[[Attempt], bool],
         returned: Callable[[Attempt, Verdict], None],
+        look: Look | None = None,
     ) -> None:
         super().__init__(name="fleet-async", daemon=True)
+        self.look = look  # the windows' previous successes, looked up at a handler's first read
         self.handlers = handlers
         self.worker_id = worker_id
         self.may_start = may_start
@@ -121,7 +123,7 @@ class EventLoop(threading.Thread):
                 assert task is not None
                 # From whichever thread cancels the attempt (heartbeat, lease watch, the worker loop).
                 a.cancel.on_set(lambda: self._cancel(task))
-                ctx = a.context(self.worker_id)
+                ctx = a.context(self.worker_id, self.look)
                 if tracing:
                     with spans.attempt_span(a, ctx):
                         verdict = await execute_async(self.handlers[a.job], ctx)

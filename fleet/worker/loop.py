@@ -32,6 +32,7 @@ from fleet.worker.eventloop import EventLoop
 from fleet.worker.finish import DONE, decide, finish_result, handed_back, send_finish
 from fleet.worker.heartbeat import Heartbeat, LeaseWatch
 from fleet.worker.listen import Listener
+from fleet.worker.previous import PreviousLookup
 
 _STOP_POLL_S = 0.05
 # Waiting for the database: borrow attempts this long, so a stop request is seen within a second.
@@ -148,6 +149,8 @@ class Worker:
         self._error_log = logs.Throttle()  # db_error: the same, until a round succeeds
         self._erred = False
         self._retried_unprepared = False  # once, after preparing is turned off: no pause
+        # Handlers' windows are looked up when first read, on a connection of their own.
+        self.look = PreviousLookup.for_url(settings.worker_id, self.url)
 
     # -- the handler threads -------------------------------------------------------------------
 
@@ -162,7 +165,7 @@ class Worker:
                 continue
             verdict: Verdict
             try:
-                ctx = a.context(self.settings.worker_id)
+                ctx = a.context(self.settings.worker_id, self.look)
                 if tracing:
                     with spans.attempt_span(a, ctx):
                         verdict = execute(self.handlers[a.job], ctx)
@@ -578,7 +581,7 @@ class Worker:
             for i in range(s.concurrency if self.sync_jobs else 0)
         ]
         if self.async_jobs:
-            self.aio = EventLoop(self.handlers, s.worker_id, self._may_start, self._returned)
+            self.aio = EventLoop(self.handlers, s.worker_id, self._may_start, self._returned, self.look)
             self.threads.append(self.aio)
         for t in [*self.threads, heartbeat, watch, listener]:
             t.start()
@@ -600,6 +603,7 @@ class Worker:
             except Exception:  # noqa: BLE001 - the row ages out anyway
                 pass
             self.pool.close()
+            self.look.close()
             telemetry.flush()
             logs.event(
                 "worker_stopped",

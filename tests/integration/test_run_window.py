@@ -10,15 +10,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
 from fleet.jobs import JobContext
 from fleet.process.settings import worker_settings
 from fleet.ticker import settle
 from fleet.ticker.tick import run_once as tick_once
 from fleet.timing.window import Collapsed, Window
+from fleet.worker.attempt import Attempt
 from fleet.worker.claim import run_claim
 from fleet.worker.finish import decide, run_finish
 from fleet.worker.loop import Worker
+from fleet.worker.previous import look_up
 from tests.support import apply_text, scalar
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
@@ -105,14 +108,19 @@ def test_the_first_run_then_a_run_after_downtime_see_their_windows(
     )
 
 
-def test_every_attempt_of_a_slot_sees_the_window_of_its_first(conn: psycopg.Connection[Any]) -> None:
+def window(conn: psycopg.Connection[Any], a: Attempt, worker: str) -> Window:
+    """What attempt `a`'s handler reads as `ctx.window`, its previous success looked up on `conn`."""
+    return a.context(worker, lambda x: look_up(conn, x, worker)).window
+
+
+def test_every_attempt_of_a_slot_sees_the_window_its_first_read(conn: psycopg.Connection[Any]) -> None:
     quarterly(conn, overlap='"allow"')
     tick(conn, T0 + 5 * SEC)
     (a,), _ = run_claim(conn, worker_id="w", jobs=["incremental"], limit=10, lease_s=30)
     run_finish(conn, [(a, decide(a, "done", None))], worker_id="w")  # 10:00 done, no result
     tick(conn, T0 + 15 * MIN + 5 * SEC)
     (b,), _ = run_claim(conn, worker_id="w", jobs=["incremental"], limit=10, lease_s=30)
-    assert b.slot == T0 + 15 * MIN and b.context("w").window == Window(T0, None, None)
+    assert b.slot == T0 + 15 * MIN and window(conn, b, "w") == Window(T0, None, None)
     # 10:15 fails and waits to retry; meanwhile a run triggered for 10:07 succeeds with a result.
     run_finish(conn, [(b, decide(b, "failed", "boom", rand=lambda: 0.0))], worker_id="w")
     conn.execute(
@@ -123,8 +131,8 @@ def test_every_attempt_of_a_slot_sees_the_window_of_its_first(conn: psycopg.Conn
     got, _ = run_claim(conn, worker_id="w", jobs=["incremental"], limit=10, lease_s=30)
     (t,) = [x for x in got if x.slot == T0 + 7 * MIN]
     (b2,) = [x for x in got if x.slot == T0 + 15 * MIN]
-    assert t.context("w").window == Window(T0, None, None)
-    assert b2.attempt == 2 and b2.context("w").window == Window(T0, None, None)  # as its first attempt's
+    assert window(conn, t, "w") == Window(T0, None, None)
+    assert b2.attempt == 2 and window(conn, b2, "w") == Window(T0, None, None)  # as its first attempt's
     run_finish(conn, [(t, decide(t, "done", None))], worker_id="w")
     conn.execute(
         "UPDATE fleet.job_runs SET result = '{\"cursor\": 7}' WHERE scheduled_for = %s", (T0 + 7 * MIN,)
@@ -134,11 +142,11 @@ def test_every_attempt_of_a_slot_sees_the_window_of_its_first(conn: psycopg.Conn
         "UPDATE fleet.job_runs SET locked_until = now() - interval '1 second' WHERE status = 'running'"
     )
     (b3,), _ = run_claim(conn, worker_id="w2", jobs=["incremental"], limit=10, lease_s=30)
-    assert (b3.slot, b3.attempt) == (T0 + 15 * MIN, 3) and b3.context("w2").window == Window(T0, None, None)
+    assert (b3.slot, b3.attempt) == (T0 + 15 * MIN, 3) and window(conn, b3, "w2") == Window(T0, None, None)
     # A slot claimed for the first time now sees the newest success before it: 10:07 and its result.
     tick(conn, T0 + 30 * MIN + 5 * SEC)
     (c,), _ = run_claim(conn, worker_id="w", jobs=["incremental"], limit=10, lease_s=30)
-    assert c.slot == T0 + 30 * MIN and c.context("w").window == Window(T0 + 7 * MIN, {"cursor": 7}, None)
+    assert c.slot == T0 + 30 * MIN and window(conn, c, "w") == Window(T0 + 7 * MIN, {"cursor": 7}, None)
 
 
 def test_overlapping_runs_each_see_the_previous_successful_slot(conn: psycopg.Connection[Any]) -> None:
@@ -151,15 +159,15 @@ def test_overlapping_runs_each_see_the_previous_successful_slot(conn: psycopg.Co
     # 10:15 still runs when 10:30 starts: its window reaches back to 10:00, the last success.
     tick(conn, T0 + 30 * MIN + 5 * SEC)
     (c,), _ = run_claim(conn, worker_id="w", jobs=["incremental"], limit=10, lease_s=30)
-    assert c.context("w").window.previous_slot == T0
+    assert window(conn, c, "w").previous_slot == T0
     run_finish(conn, [(b, decide(b, "done", None))], worker_id="w")
     tick(conn, T0 + 45 * MIN + 5 * SEC)
     (d,), _ = run_claim(conn, worker_id="w", jobs=["incremental"], limit=10, lease_s=30)
-    assert d.context("w").window.previous_slot == T0 + 15 * MIN  # 10:30 still runs: not a success yet
+    assert window(conn, d, "w").previous_slot == T0 + 15 * MIN  # 10:30 still runs: not a success yet
     run_finish(conn, [(c, decide(c, "failed", "boom")), (d, decide(d, "done", None))], worker_id="w")
     tick(conn, T0 + 60 * MIN + 5 * SEC)
     (e,), _ = run_claim(conn, worker_id="w", jobs=["incremental"], limit=10, lease_s=30)
-    assert e.context("w").window.previous_slot == T0 + 45 * MIN
+    assert window(conn, e, "w").previous_slot == T0 + 45 * MIN
 
 
 def test_runs_created_ahead_and_missed_are_folded_into_the_one_kept(
@@ -194,3 +202,59 @@ def test_a_result_that_cannot_be_stored_makes_the_run_dead_naming_the_cap(
     seen.returns = None
     work(db_url, seen)
     assert seen.windows[T0 + 15 * MIN] == Window(None, None, None)
+
+
+def test_the_previous_success_is_looked_up_at_the_first_read_only(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    quarterly(conn, overlap='"allow"')
+    tick(conn, T0 + 5 * SEC)
+    # A handler that never reads its window costs no lookup: nothing is kept with the run.
+    work(db_url, lambda ctx: None)
+    assert run_row(conn, T0)["status"] == "done" and run_row(conn, T0)["run_window"] is None
+    tick(conn, T0 + 15 * MIN + 5 * SEC)
+    (b,), _ = run_claim(conn, worker_id="w", jobs=["incremental"], limit=10, lease_s=30)
+    assert run_row(conn, b.slot)["run_window"] is None  # the claim looks nothing up
+    reads: list[Attempt] = []
+
+    def look(x: Attempt) -> dict[str, Any]:
+        reads.append(x)
+        return look_up(conn, x, "w")
+
+    ctx = b.context("w", look)
+    assert ctx.window == Window(T0, None, None) and ctx.window.previous_slot == T0
+    assert len(reads) == 1  # read twice, looked up once
+    assert run_row(conn, b.slot)["run_window"] == {
+        "previous_slot": "2026-11-02T10:00:00+00:00",
+        "previous_result": None,
+    }
+    assert b.context("w", look).window == Window(T0, None, None) and len(reads) == 1  # kept with the attempt
+    # An attempt that no longer holds its run reads what the lookup finds, and keeps nothing.
+    tick(conn, T0 + 30 * MIN + 5 * SEC)
+    (c,), _ = run_claim(conn, worker_id="w", jobs=["incremental"], limit=10, lease_s=30)
+    conn.execute(
+        "UPDATE fleet.job_runs SET locked_until = now() - interval '1 second' WHERE scheduled_for = %s",
+        (c.slot,),
+    )
+    (c2,), _ = run_claim(conn, worker_id="w2", jobs=["incremental"], limit=10, lease_s=30)
+    assert c2.attempt == 2
+    run_finish(conn, [(b, decide(b, "done", None))], worker_id="w")  # 10:15 succeeds meanwhile
+    assert window(conn, c, "w") == Window(T0 + 15 * MIN, None, None)
+    assert run_row(conn, c.slot)["run_window"] is None
+    # The attempt holding it now reads it first: fixed from here on, for every later attempt.
+    assert window(conn, c2, "w2") == Window(T0 + 15 * MIN, None, None)
+    assert run_row(conn, c.slot)["run_window"]["previous_slot"] == "2026-11-02T10:15:00+00:00"
+
+
+def test_a_window_that_cannot_be_read_fails_the_attempt_naming_it(conn: psycopg.Connection[Any]) -> None:
+    quarterly(conn, overlap='"allow"')
+    tick(conn, T0 + 5 * SEC)
+    (a,), _ = run_claim(conn, worker_id="w", jobs=["incremental"], limit=10, lease_s=30)
+
+    def down(x: Attempt) -> dict[str, Any]:
+        raise psycopg.OperationalError("connection refused")
+
+    with pytest.raises(
+        RuntimeError, match="ctx.window could not be read from the database: connection refused"
+    ):
+        a.context("w", down).window  # noqa: B018 - the read is the test

@@ -23,6 +23,7 @@ from fleet.worker.claim import run_claim
 from fleet.worker.finish import DONE as SUCCESS
 from fleet.worker.finish import handed_back, run_finish
 from fleet.worker.heartbeat import run_heartbeat
+from fleet.worker.previous import look_up
 from tests.readers import dashboard_at, reader_failures
 from tests.support import (
     FAST,
@@ -443,6 +444,12 @@ def test_a_worker_role_changes_runs_only_as_its_own_statements_do(
         ]
         assert len(run_heartbeat(c, claimed, 60, "w3")) == 2
         fresh, expired = sorted(claimed, key=lambda a: a.slot)
+        # a handler's first read of its window keeps the previous success with the run
+        assert look_up(c, fresh, "w3")["previous_slot"] == "2026-01-01T03:00:00+00:00"
+        kept = conn.execute(
+            f"SELECT run_window->>'previous_slot' AS p FROM fleet.job_runs WHERE {run(FRESH)}"
+        )
+        assert kept.fetchone() == {"p": "2026-01-01T03:00:00+00:00"}
         later = Outcome("pending", "failed", "boom", delay_s=20 * 86400, spent=1)
         assert len(run_finish(c, [(fresh, SUCCESS), (expired, later)], worker_id="w3")) == 2
         again, _ = run_claim(c, worker_id="w3", jobs=["noop"], limit=10, lease_s=60)
