@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 from fleet.jobs import JobContext
+from fleet.process.command_jobs import CommandJob
 from fleet.process.settings import worker_settings
 from fleet.ticker import settle
 from fleet.ticker.tick import run_once as tick_once
@@ -258,3 +260,27 @@ def test_a_window_that_cannot_be_read_fails_the_attempt_naming_it(conn: psycopg.
         RuntimeError, match="ctx.window could not be read from the database: connection refused"
     ):
         a.context("w", down).window  # noqa: B018 - the read is the test
+
+
+def test_async_handlers_and_command_jobs_read_their_windows_through_a_worker(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    quarterly(conn)
+    tick(conn, T0 + 5 * SEC)
+    work(db_url, lambda ctx: {"cursor": 1})
+    seen: list[Window] = []
+
+    async def reads(ctx: JobContext) -> None:
+        seen.append(ctx.window)
+
+    tick(conn, T0 + 15 * MIN + 5 * SEC)
+    work(db_url, reads)
+    assert seen == [Window(T0, {"cursor": 1}, None)]
+    out = tmp_path / "previous.txt"
+    command = CommandJob(
+        "report", ("/bin/sh", "-c", f'printf "%s" "$FLEET_PREVIOUS_SLOT" > {out}'), {}, frozenset(), None, 5.0
+    )
+    tick(conn, T0 + 30 * MIN + 5 * SEC)
+    work(db_url, command)
+    assert out.read_text() == "2026-11-02T10:15:00Z"
+    assert run_row(conn, T0 + 30 * MIN)["run_window"]["previous_slot"] == "2026-11-02T10:15:00+00:00"
