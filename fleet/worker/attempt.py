@@ -160,20 +160,9 @@ class Attempt:
         read (fleet.worker.previous) unless the run's stored window names it already; without
         `look`, the window is the stored one."""
         stored = self.run_window
-        if look is None or (stored is not None and "previous_slot" in stored):
-            # Positional (in JobContext's field order): made for every attempt, and keywords cost more.
-            return JobContext(
-                self.schedule,
-                self.slot,
-                self.attempt,
-                self.args,
-                worker_id,
-                self.job,
-                self.cancel,
-                lambda: self.lease_deadline_mono,
-                window_of(stored),
-            )
-        ctx = ReadOnFirstUse(
+        known = look is None or (stored is not None and "previous_slot" in stored)
+        # Positional (in JobContext's field order): made for every attempt, and keywords cost more.
+        ctx = (JobContext if known else ReadOnFirstUse)(
             self.schedule,
             self.slot,
             self.attempt,
@@ -182,9 +171,10 @@ class Attempt:
             self.job,
             self.cancel,
             lambda: self.lease_deadline_mono,
-            _UNREAD,
+            window_of(stored) if known else _UNREAD,
         )
-        ctx._look = lambda: self._window_from(look)
+        if look is not None and isinstance(ctx, ReadOnFirstUse):
+            ctx._look = lambda: self._window_from(look)
         return ctx
 
     def _window_from(self, look: Look) -> Window:
