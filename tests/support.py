@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -11,11 +12,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
 import psycopg
+from cronsim import CronSim
 
 from fleet.admin.apply import ApplyResult, apply_specs
 from fleet.store.registry import process_register
@@ -239,3 +242,23 @@ def login_roles(
         with connect(server_url, "fleet-tests roles") as admin:
             for name in names.values():
                 admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+
+
+# CPU seconds the calibration's walk takes on the machines the suite's CPU budgets were set on.
+CALIBRATION_CPU_S = 0.05
+
+
+@functools.cache
+def slowness() -> float:
+    """How many times slower this machine runs the scheduling code than the machines the suite's CPU
+    budgets were set on (at least 1): the least CPU time of three walks of 4,000 cron slots, against
+    CALIBRATION_CPU_S. A budget scaled by it still tells a bounded call (milliseconds) from an
+    unbounded one (seconds to minutes) on a machine two or three times slower."""
+    spent = []
+    for _ in range(3):
+        started = time.process_time()
+        slots = CronSim("*/7 9-17 * * 1-5", datetime(2026, 1, 1, tzinfo=UTC))
+        for _ in range(4000):
+            next(slots)
+        spent.append(time.process_time() - started)
+    return max(1.0, min(spent) / CALIBRATION_CPU_S)

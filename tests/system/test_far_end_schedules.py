@@ -27,6 +27,7 @@ from tests.support import (
     fleetctl_cmd,
     processes,
     scalar,
+    slowness,
     start_worker,
     ticker_cmd,
     wait_for,
@@ -184,9 +185,13 @@ def test_far_end_schedules_leave_the_others_alone(
         assert ticker.popen.poll() is None and worker.popen.poll() is None
 
     # The one-second schedule: runs done all along, none of its seconds stalled for long.
-    assert counts[-1] - counts[0] >= WATCH_S - 4, counts
-    stalls = [b - a for a, b in zip(counts, counts[2:], strict=False)]
-    assert min(stalls) > 0, f"no run of every-second done for two seconds: {counts}"
+    # On a machine slower than the suite's budgets were set on (tests.support.slowness), the far-end
+    # schedules' planning takes the ticker that much longer: the allowances grow with it.
+    slow = slowness()
+    assert counts[-1] - counts[0] >= WATCH_S - 4 * slow, counts
+    span = max(2, round(2 * slow))
+    stalls = [b - a for a, b in zip(counts, counts[span:], strict=False)]
+    assert min(stalls) > 0, f"no run of every-second done for {span} seconds: {counts}"
 
     # Bounded: the due slots a schedule creates are at most its max_catchup, plus the slots that
     # came due (or within the lookahead) since it was applied. Every problem is reported at once.
