@@ -12,6 +12,7 @@ from fleet.timing.schedule import (
     DROPPED_COUNT_LIMIT,
     Timing,
     TimingError,
+    count_slots,
     first_slot_at_or_after,
     format_duration,
     latest_slot_at_or_before,
@@ -212,7 +213,7 @@ def _plan_due(
     on_time, dropped = _newest(timing, max(next_run_at, on_time_from), now, max_catchup, limit)
     missed = 0
     if next_run_at < on_time_from:
-        missed = len(slots_between(timing, next_run_at, on_time_from - _MICROSECOND, DROPPED_COUNT_LIMIT))
+        missed = count_slots(timing, next_run_at, on_time_from - _MICROSECOND, DROPPED_COUNT_LIMIT)
     if catchup == "latest" and missed and not on_time:
         newest = latest_slot_at_or_before(timing, on_time_from - _MICROSECOND)
         if newest is not None and newest >= next_run_at:

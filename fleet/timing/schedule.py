@@ -47,6 +47,7 @@ __all__ = [
     "describe",
     "first_slot_at_or_after",
     "latest_slot_at_or_before",
+    "count_slots",
     "newest_slots_from",
     "next_slot",
     "nominal_interval",
@@ -256,9 +257,9 @@ def newest_slots_from(t: Timing, start: datetime, end: datetime, count: int) -> 
     """Where the newest `count` slots in ``[start, end]`` begin, and how many slots of that range
     come before them: ``(start, 0)`` when the range holds at most `count` slots.
 
-    Interval schedules are counted exactly, at no cost in their number of slots. For cron schedules
-    the walk goes back from `end` at most ``count + 1`` slots, and the slots before the newest
-    `count` are counted up to :data:`DROPPED_COUNT_LIMIT`.
+    Interval schedules are counted exactly, at no cost in their number of slots. Cron schedules are
+    counted a day at a time (:func:`slot_offsets`) back from `end`, and the slots before the newest
+    `count` are counted up to :data:`DROPPED_COUNT_LIMIT` from `start`.
     """
     if count < 1:
         raise ValueError("count must be positive")
@@ -276,17 +277,35 @@ def newest_slots_from(t: Timing, start: datetime, end: datetime, count: int) -> 
     # Slots are whole seconds apart at least: a range shorter than `count` seconds fits.
     if (last - first) // _SECOND + 1 <= count:
         return first, 0
-    newest: datetime | None = None
-    for n, slot in enumerate(plan.before(last, first), start=1):
-        if slot < first:
-            return first, 0
-        if n == count:
-            newest = slot
-        elif n > count:
-            assert newest is not None
-            dropped = slots_between(t, first, newest - _MICROSECOND, DROPPED_COUNT_LIMIT)
-            return newest, len(dropped)
+    # Back from `end` a stretch at a time, each twice as long as the one after it, counted a day at
+    # a time (slot_offsets): the cost goes with the days the newest `count` slots span, not with
+    # their number (a catch-up of 100,000 one-second slots spans a day and a bit).
+    need, upper, width = count, last, _DAY
+    while upper >= first:
+        low = max(first, saturating_add(upper, -width))
+        chunks = list(slot_offsets(t, low, upper))
+        for base, offsets in reversed(chunks):
+            if len(offsets) < need:
+                need -= len(offsets)
+                continue
+            newest = base + timedelta(microseconds=offsets[len(offsets) - need])
+            dropped = count_slots(t, first, newest - _MICROSECOND, DROPPED_COUNT_LIMIT)
+            return (newest, dropped) if dropped else (first, 0)
+        if low == first:
+            break
+        upper, width = low - _MICROSECOND, width * 2
     return first, 0
+
+
+def count_slots(t: Timing, start: datetime, end: datetime, limit: int) -> int:
+    """How many slots ``[start, end]`` holds, counted up to `limit` (``len(slots_between(...))``,
+    counted a day at a time)."""
+    counted = 0
+    for _, offsets in slot_offsets(t, start, end):
+        counted += len(offsets)
+        if counted >= limit:
+            return limit
+    return counted
 
 
 def saturating_add(at: datetime, delta: timedelta) -> datetime:

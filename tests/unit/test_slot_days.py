@@ -1,15 +1,25 @@
-"""Unit tests for fleet.timing.schedule.slot_offsets, the day-at-a-time enumeration that `verify` uses:
-over any window, in any zone, for any expression it gives exactly the slots of the plain walk
-(slots_between), offset changes and the far ends of the calendar included."""
+"""Unit tests for fleet.timing.schedule.slot_offsets, the day-at-a-time enumeration that `verify` and
+a catch-up's counts use: over any window, in any zone, for any expression it gives exactly the slots
+of the plain walk (slots_between), offset changes and the far ends of the calendar included."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet.timing.schedule import Timing, slot_offsets, slots_between
+from fleet.timing.schedule import (
+    DROPPED_COUNT_LIMIT,
+    Timing,
+    _plan,
+    count_slots,
+    newest_slots_from,
+    slot_offsets,
+    slots_between,
+)
 
 ZONES = (
     "UTC",
@@ -51,24 +61,33 @@ def expanded(t: Timing, start: datetime, end: datetime) -> list[datetime]:
     ]
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-@given(
-    expr=st.sampled_from(EXPRESSIONS),
-    tz=st.sampled_from(ZONES),
-    repeated=st.sampled_from(("first", "last")),
-    missing=st.sampled_from(("shift", "skip")),
-    start=st.datetimes(
+def walk_settings(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+
+
+# A cron timing in any zone, and a range starting between 1960 and 2040, one of the windows long
+# plus up to a day.
+RANGES = {
+    "expr": st.sampled_from(EXPRESSIONS),
+    "tz": st.sampled_from(ZONES),
+    "repeated": st.sampled_from(("first", "last")),
+    "missing": st.sampled_from(("shift", "skip")),
+    "start": st.datetimes(
         min_value=datetime(1960, 1, 1), max_value=datetime(2040, 1, 1), timezones=st.just(UTC)
     ),
-    window=st.sampled_from(WINDOWS),
-    extra=st.integers(min_value=0, max_value=86_400_000_000),
-)
+    "window": st.sampled_from(WINDOWS),
+    "extra": st.integers(min_value=0, max_value=86_400_000_000),
+}
+
+
+@walk_settings(300)
+@given(**RANGES)
 def test_the_same_slots_as_the_walk(
     expr: str, tz: str, repeated: str, missing: str, start: datetime, window: timedelta, extra: int
 ) -> None:
@@ -111,3 +130,57 @@ def test_intervals_and_empty_windows() -> None:
         t, start, start + timedelta(hours=5), 10**4
     )
     assert expanded(Timing(cron="* * * * *"), start, start - timedelta(seconds=1)) == []
+
+
+def newest_by_walk(t: Timing, start: datetime, end: datetime, count: int) -> tuple[datetime, int]:
+    """newest_slots_from by the plain walk: every slot of the range listed."""
+    slots = slots_between(t, start, end, 10**7)
+    if len(slots) <= count:
+        return start, 0
+    return slots[-count], min(len(slots) - count, DROPPED_COUNT_LIMIT)
+
+
+@walk_settings(200)
+@given(**RANGES, count=st.integers(min_value=1, max_value=3000))
+def test_the_newest_slots_and_the_count_are_the_walks(
+    expr: str,
+    tz: str,
+    repeated: str,
+    missing: str,
+    start: datetime,
+    window: timedelta,
+    extra: int,
+    count: int,
+) -> None:
+    """Where a catch-up's newest `count` slots begin, and how many come before (counted up to the
+    limit), are those of the plain walk, a stretch of days back from the end at a time."""
+    t = Timing(cron=expr, timezone=tz, dst_repeated=repeated, dst_missing=missing)  # type: ignore[arg-type]
+    end = start + window + timedelta(microseconds=extra)
+    assert newest_slots_from(t, start, end, count) == newest_by_walk(t, start, end, count)
+    slots = slots_between(t, start, end, 10**7)
+    assert count_slots(t, start, end, count) == min(len(slots), count)
+
+
+def test_a_long_catch_up_is_counted_by_the_day() -> None:
+    """A range of decades: the newest slots found back from its end, the ones before counted up to
+    the limit from its start, both as the walk finds them at each end."""
+    for t, start in (
+        (Timing(cron="* * * 9-10 *"), datetime(1990, 1, 1, tzinfo=UTC)),
+        (Timing(cron="* * * * * *", timezone="Pacific/Chatham"), datetime(1970, 1, 2, tzinfo=UTC)),
+        (Timing(cron="0 0 29 2 *", timezone="Pacific/Apia"), datetime(1970, 1, 2, tzinfo=UTC)),
+    ):
+        end = datetime(2026, 12, 5, 12, 0, 0, 1, tzinfo=UTC)
+        for count in (1, 3, 100_000):
+            walked = [s for s in _descending(t, end, count + 1) if s >= start]
+            if len(walked) <= count:
+                assert newest_slots_from(t, start, end, count) == (start, 0)
+                continue
+            before = slots_between(
+                t, start, walked[count - 1] - timedelta(microseconds=1), DROPPED_COUNT_LIMIT
+            )
+            assert newest_slots_from(t, start, end, count) == (walked[count - 1], len(before))
+
+
+def _descending(t: Timing, end: datetime, count: int) -> Iterator[datetime]:
+    """The plain walk back from `end`, `count` slots at most."""
+    yield from itertools.islice(_plan(t).before(end), count)
