@@ -171,6 +171,21 @@ def permission_denied(e: BaseException, url: str, needs: str) -> PermissionDenie
 URL_FORMS = "postgresql://USER:PASSWORD@HOST:PORT/DATABASE or 'host=HOST port=PORT dbname=DATABASE'"
 
 
+_EXPECTED = ('"="', '"]"')
+
+
+def _redacted(why: str) -> str:
+    """A libpq message with what it quotes of the connection string left out (`…`)."""
+    for i, literal in enumerate(_EXPECTED):
+        why = why.replace(literal, f"\x00{i}")
+    first, last = why.find('"'), why.rfind('"')
+    if first >= 0:
+        why = why[:first] + "…" + (why[last + 1 :] if last > first else "")
+    for i, literal in enumerate(_EXPECTED):
+        why = why.replace(f"\x00{i}", literal)
+    return why
+
+
 def url_params(url: str, flag: str = "database URL") -> dict[str, Any]:
     """The connection parameters the URL sets; ConfigError naming `flag` if it is not a PostgreSQL
     URL libpq can read (the password never in the message)."""
@@ -182,9 +197,11 @@ def url_params(url: str, flag: str = "database URL") -> dict[str, Any]:
     except psycopg.ProgrammingError as e:
         why = (str(e).strip() or "unreadable").splitlines()[0]
         if not why.startswith(("invalid URI query parameter", "invalid connection option")):
-            # libpq quotes the part it could not read, which may hold the password: leave it out.
-            # (The two kinds above quote the name of an option, never a value.)
-            why = re.sub(r'"[^"]*"', "…", why)
+            # libpq quotes the part it could not read, which may hold the password (and quotes of
+            # its own): everything from the first quote to the last is left out, but for the
+            # character libpq expected ("=", "]"). (The two kinds above quote the name of an
+            # option, never a value.)
+            why = _redacted(why)
         raise ConfigError(f"{flag}: not a PostgreSQL connection string ({why}); give {URL_FORMS}") from None
 
 

@@ -6,6 +6,7 @@ means, defaults and fails the same way wherever it is written.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import itertools
@@ -294,6 +295,12 @@ def args_json(
     return encoded, problems
 
 
+def unknown_field(key: str, known: set[str]) -> str:
+    """The problem of an unknown field, naming the known one it most likely misspells."""
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+    return f"unknown field (did you mean {close[0]}?)" if close else "unknown field"
+
+
 def parse_entry(
     entry: dict[str, Any], where: str, max_args_bytes: int = MAX_ARGS_BYTES
 ) -> tuple[ScheduleSpec | None, list[str]]:
@@ -305,7 +312,7 @@ def parse_entry(
         errs.append(f"{where}: {fieldname}: {msg}")
 
     for key in sorted(set(entry) - _KEYS):
-        bad(key, "unknown field")
+        bad(key, unknown_field(key, _KEYS))
     name = entry.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         got = f", got {shown(name)}" if name is not None else ""
@@ -438,7 +445,7 @@ def parse_entry(
         bad("retry", 'must be a table such as { max_attempts = 6, base = "30s", cap = "15m" }')
     else:
         for key in sorted(set(retry) - _RETRY_KEYS):
-            bad(f"retry.{key}", "unknown field")
+            bad(f"retry.{key}", unknown_field(key, _RETRY_KEYS))
         ma = retry.get("max_attempts", DEFAULT_MAX_ATTEMPTS)
         if not isinstance(ma, int) or isinstance(ma, bool) or not 1 <= ma <= MAX_ATTEMPTS_LIMIT:
             bad("retry.max_attempts", f"must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}, got {shown(ma)}")

@@ -142,7 +142,7 @@ class Worker:
         self.url = resolve_url(settings.database_url)
         self.pool: Pool | None = None
         self.threads: list[threading.Thread] = []
-        self.counts = {"done": 0, "failed": 0, "dead": 0, "fenced": 0}
+        self.counts = {"done": 0, "failed": 0, "dead": 0, "handed_back": 0, "fenced": 0}
         self._grace_end_mono: float | None = None
         self.forced = False  # a second Ctrl-C: no grace period, no wait for cancelled handlers
         self._unavailable_log = logs.Throttle()  # db_unavailable: when it starts, then every 30 s
@@ -506,7 +506,7 @@ class Worker:
             name = (
                 "dead" if o.status == "dead" else "handed_back" if o.outcome == "handed_back" else "retried"
             )
-            self.counts["dead" if o.status == "dead" else "failed"] += 1
+            self.counts["failed" if name == "retried" else name] += 1
             self._log(
                 name,
                 a,

@@ -171,11 +171,14 @@ def test_a_second_ctrl_c_forces_a_stopping_worker_out_and_its_run_is_handed_back
         run = conn.execute(
             "SELECT status::text AS status, last_outcome, failures FROM fleet.job_runs"
         ).fetchone()
-        events = [e["event"] for e in log_events(a)]
+        stopped = [e for e in log_events(a) if e["event"] == "worker_stopped"]
     assert took < FORCE_BOUND_S, took
     # Handed back at once, at no cost to the retry budget: another worker retakes it without waiting.
     assert run == {"status": "pending", "last_outcome": "handed_back", "failures": 0}
-    assert "worker_stopped" in events
+    # Its exit line counts it handed back, not failed.
+    assert len(stopped) == 1, stopped
+    counts = {k: stopped[0][k] for k in ("done", "failed", "dead", "handed_back", "fenced")}
+    assert counts == {"done": 0, "failed": 0, "dead": 0, "handed_back": 1, "fenced": 0}, stopped
     print(f"a second Ctrl-C: the worker exited {took:.2f}s after it, its run handed back")
 
 

@@ -12,9 +12,11 @@ from fleet.ticker.cli import main as ticker
 from fleet.worker.cli import main as worker
 
 BAD = [
-    ("host=x port", "missing … after …"),
-    ("host=x s3cret", "missing … after …"),
-    ("postgresql://u:s3cret@[::1/db", "matching …"),
+    ("host=x port", 'missing "=" after … in connection info string'),
+    ("host=x s3cret", 'missing "=" after …'),
+    ('host=x s3"cr"et', 'missing "=" after …'),
+    ('host=x s3"]"cr"et', 'missing "=" after …'),
+    ("postgresql://u:s3cret@[::1/db", 'matching "]" in IPv6 host address in URI: …'),
     ("postgresql://u:s3cret@localhost/db?bogus=1", 'invalid URI query parameter: "bogus"'),
     ("host=x nosuchoption=1", 'invalid connection option "nosuchoption"'),
 ]
@@ -25,7 +27,7 @@ def test_an_unreadable_url_is_refused_naming_the_flag_without_its_password(url: 
     with pytest.raises(ConfigError) as e:
         url_params(url, "--database-url")
     assert str(e.value).startswith("--database-url: ") and reason in str(e.value)
-    assert "s3cret" not in str(e.value)
+    assert "s3" not in str(e.value) and "cr" not in str(e.value)
 
 
 RUN = {

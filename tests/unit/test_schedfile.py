@@ -118,3 +118,17 @@ def test_a_repeated_name_is_reported_even_when_the_repeat_has_other_problems() -
         )
     assert "schedule 'd': name: declared twice, at [[schedule]] #1 and #2" in e.value.problems
     assert any(": cron:" in p for p in e.value.problems), e.value.problems
+
+
+@pytest.mark.parametrize(
+    ("field", "problem"),
+    [
+        ("evry", "evry: unknown field (did you mean every?)"),
+        ("retry = { max_atempts = 2 }\nx", "retry.max_atempts: unknown field (did you mean max_attempts?)"),
+        ("colour", "colour: unknown field"),
+    ],
+)
+def test_an_unknown_field_names_the_field_it_most_likely_misspells(field: str, problem: str) -> None:
+    with pytest.raises(ScheduleFileError) as e:
+        load(f'[[schedule]]\nname = "c"\ncron = "0 2 * * *"\njob = "j"\n{field} = "5m"\n')
+    assert f"schedule 'c': {problem}" in e.value.problems, e.value.problems
