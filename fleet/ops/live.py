@@ -36,6 +36,8 @@ COLUMNS = (
 
 # A next slot this little past due is being created by the ticker right now, not late.
 DUE_NOW_S = 5.0
+# A ticker started this recently by `fleetctl up`, up but not yet in the database, is starting.
+TICKER_STARTING_S = 20.0
 UP_STATES = ("RUNNING", "STARTING")
 
 
@@ -48,6 +50,7 @@ class Snapshot:
     seen: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind -> counts, from the database
     processes: list[ProcInfo] = field(default_factory=list)  # from supervisord
     runs_here: int | None = None  # runs held by this host's workers, by the database
+    up_for_s: float | None = None  # how long ago `fleetctl up` started its processes
     db_error: str | None = None
     sv_error: str | None = None
 
@@ -188,6 +191,28 @@ def stopping_line(processes: Sequence[ProcInfo], runs_here: int | None, wait_s: 
     )
 
 
+def fleet_view(snap: Snapshot) -> list[str]:
+    """The `fleet:` lines, where NO-TICKER says so while this host's ticker is still starting (up
+    under supervisord, not registered yet, in the first seconds of `fleetctl up`)."""
+    ticker_up = any(
+        p.slot is None and p.group != ALERT_PROGRAM and p.state in UP_STATES for p in snap.processes
+    )
+    starting = (
+        ticker_up
+        and "ticker" not in snap.seen
+        and snap.up_for_s is not None
+        and snap.up_for_s < TICKER_STARTING_S
+    )
+    if not starting:
+        return snap.fleet
+    return [
+        "fleet: NO-TICKER until this host's ticker, starting now, registers"
+        if line.startswith("fleet: NO-TICKER:")
+        else line
+        for line in snap.fleet
+    ]
+
+
 def frame(snap: Snapshot, header: str) -> list[str]:
     """The full view, as lines."""
     out = [header, ""]
@@ -196,7 +221,7 @@ def frame(snap: Snapshot, header: str) -> list[str]:
     elif not snap.schedules:
         out.append("no schedules yet: add some with `fleetctl apply FILE.toml`")
     else:
-        out += [*snap.fleet, *_table([COLUMNS, *(schedule_cells(r) for r in snap.schedules)])]
+        out += [*fleet_view(snap), *_table([COLUMNS, *(schedule_cells(r) for r in snap.schedules)])]
     out.append("")
     out += process_summary(snap)
     return [printable(line) for line in out]
@@ -208,7 +233,7 @@ def plain_lines(snap: Snapshot) -> list[str]:
     if snap.db_error:
         lines = [f"{stamp} database: {printable(snap.db_error)}"]
     else:
-        lines = [f"{stamp} {line}" for line in snap.fleet] + [
+        lines = [f"{stamp} {line}" for line in fleet_view(snap)] + [
             f"{stamp} schedule={c[0]} verdict={c[1]} last={c[2].replace(' ', '_')} "
             f"next={c[3].replace(' ', '_')} "
             f"pending={c[4]} running={c[5]} done_1h={c[6]} retried_1h={c[7]} dead={c[8]} skipped_1h={c[9]}"

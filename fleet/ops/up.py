@@ -176,6 +176,7 @@ class Up:
         self.routes: list[AlertRoute] | None = None  # the alert routes of --schedules
         self.sv_proc: subprocess.Popen[bytes] | None = None
         self.sv: Supervisor | None = None
+        self.sv_started = time.monotonic()  # when supervisord was started
         self.known: list[ProcInfo] = []
         self.runs_here: int | None = None  # held by this host's workers, as the live view last read it
         self.opts: SupervisorOptions | None = None
@@ -391,7 +392,8 @@ class Up:
                 preexec_fn=_die_with_parent,
             )
         self.sv = Supervisor(f"unix://{self.opts.socket}")
-        end = time.monotonic() + _READY_TIMEOUT_S
+        self.sv_started = time.monotonic()
+        end = self.sv_started + _READY_TIMEOUT_S
         while not self.stop.is_set():
             try:
                 self.known = self.sv.processes()
@@ -485,7 +487,7 @@ class Up:
                         f"see {self.logs / 'supervisord.log'}"
                     )
                     return 1
-                snap = live.Snapshot()
+                snap = live.Snapshot(up_for_s=time.monotonic() - self.sv_started)
                 try:
                     snap.processes = self.known = self.sv.processes()
                 except SupervisorUnavailable as e:

@@ -151,3 +151,25 @@ def test_text_from_logs_and_errors_reaches_the_view_escaped() -> None:
     for lines in (live.frame(snap, "h"), live.plain_lines(snap)):
         text = "\n".join(lines)
         assert "\x1b" not in text and "\\x1b[2Jboom" in text and "down\\x1b]0;x" in text
+
+
+def test_no_ticker_says_this_hosts_ticker_is_starting_in_the_first_seconds_of_up() -> None:
+    snap = snapshot()
+    snap.seen = {"worker": {"n": 1, "hosts": 1}}  # the ticker has not registered yet
+    snap.fleet = ["fleet: NO-TICKER: no ticker has registered (start fleet-ticker)"]
+    starting = "fleet: NO-TICKER until this host's ticker, starting now, registers"
+    for up_for_s, ticker_state, seen_ticker, expected in (
+        (2.0, "STARTING", False, starting),
+        (2.0, "RUNNING", False, starting),
+        # Too long since `up` started it, not up under supervisord, or in the database: the verdict.
+        (live.TICKER_STARTING_S + 1, "RUNNING", False, snap.fleet[0]),
+        (2.0, "BACKOFF", False, snap.fleet[0]),
+        (2.0, "STARTING", True, snap.fleet[0]),
+        (None, "STARTING", False, snap.fleet[0]),
+    ):
+        snap.up_for_s = up_for_s
+        snap.processes[0] = ProcInfo("fleet-ticker", "ticker_00", ticker_state, 10, "")
+        snap.seen = {"ticker": {"n": 1, "hosts": 1}} if seen_ticker else {}
+        frame = live.frame(snap, "h")
+        assert frame[2] == expected, (up_for_s, ticker_state, seen_ticker, frame[2])
+        assert live.plain_lines(snap)[0].endswith(f" {expected}")
