@@ -188,12 +188,14 @@ def _redacted(why: str) -> str:
 
 def url_params(url: str, flag: str = "database URL") -> dict[str, Any]:
     """The connection parameters the URL sets; ConfigError naming `flag` if it is not a PostgreSQL
-    URL libpq can read (the password never in the message)."""
+    URL libpq can read, if libpq would read it otherwise than written (a `/` or `@` of a password
+    not percent-encoded), or if a setting has a value libpq refuses when it connects (a port, an
+    `sslmode`, a timeout). The password is never in the message."""
     scheme = re.match(r"\s*([A-Za-z][A-Za-z0-9+.-]*)://", url)
     if scheme and scheme.group(1).lower() not in ("postgresql", "postgres"):
         raise ConfigError(f"{flag}: {scheme.group(1)}:// is not a PostgreSQL URL; give {URL_FORMS}")
     try:
-        return conninfo_to_dict(url)
+        params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as e:
         why = (str(e).strip() or "unreadable").splitlines()[0]
         if not why.startswith(("invalid URI query parameter", "invalid connection option")):
@@ -203,6 +205,56 @@ def url_params(url: str, flag: str = "database URL") -> dict[str, Any]:
             # option, never a value.)
             why = _redacted(why)
         raise ConfigError(f"{flag}: not a PostgreSQL connection string ({why}); give {URL_FORMS}") from None
+    problem = (_misread(url) if scheme else None) or _bad_value(params, url_form=bool(scheme))
+    if problem:
+        raise ConfigError(f"{flag}: {problem}")
+    return params
+
+
+def _misread(url: str) -> str | None:
+    """Why libpq would read a URL otherwise than it was meant, where that would also put part of
+    its password where it is printed: a `/` or an `@` of the password written as it is."""
+    rest = url.split("://", 1)[1]
+    authority, slash, path = rest.partition("/")
+    if slash and "@" in path.partition("?")[0]:
+        return "an @ after the host's /: write a / of the user name or password as %2F"
+    if authority.count("@") > 1:
+        return "more than one @ before the host: write an @ of the user name or password as %40"
+    return None
+
+
+# Settings libpq checks only when it connects, checked at start instead (their values are not
+# shown: a URL misread by a user would put part of a password there).
+_CHOICES = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "gssencmode": ("disable", "prefer", "require"),
+    "target_session_attrs": ("any", "read-write", "read-only", "primary", "standby", "prefer-standby"),
+}
+_INTEGERS = (
+    "connect_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "tcp_user_timeout",
+)
+
+
+def _bad_value(params: dict[str, Any], url_form: bool) -> str | None:
+    """The first setting whose value libpq would refuse when it connects, as a problem line."""
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            # (a URL's password holding a / ends its host there, and the rest reads as the port)
+            hint = " (write a / of a password as %2F)" if url_form else ""
+            return f"port: must be a number from 1 to 65535{hint}"
+    for key, choices in _CHOICES.items():
+        if key in params and params[key] not in choices:
+            return f"{key}: must be one of {', '.join(choices)}"
+    for key in _INTEGERS:
+        value = str(params.get(key, "0")).strip()
+        if not re.fullmatch(r"-?[0-9]{1,9}", value):
+            return f"{key}: must be a whole number"
+    return None
 
 
 def where(url: str) -> str:

@@ -1,5 +1,6 @@
-"""Database URLs: refused at start when libpq cannot read them (exit 2, password hidden), and the
-network defaults (timeouts, keepalives) yield to what a URL sets itself."""
+"""Database URLs: refused at start when libpq cannot read them, would read them otherwise than
+written or would refuse a setting when it connects (exit 2, password hidden), and the network
+defaults (timeouts, keepalives) yield to what a URL sets itself."""
 
 from __future__ import annotations
 
@@ -45,6 +46,55 @@ def test_every_executable_exits_2_with_one_line_on_an_unreadable_url(
     code = RUN[command]("postgresql://u:s3cret@[::1/db")
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "s3cret" not in err, (code, err)
+
+
+# Read by libpq, but not as written: a / or @ of the password not percent-encoded puts part of it
+# in the host, the port or the database name, which messages and logs show; or a value libpq
+# refuses only when it connects. Each is refused at start, naming the setting, without the value.
+MISREAD = [
+    ("postgresql://app:s3/cr@db.example/shop", "an @ after the host's /: write a / "),
+    ("postgresql://app:s3@cr@127.0.0.1/shop", "more than one @ before the host: write an @ "),
+    ("postgresql://app:s3cr/shop", "port: must be a number from 1 to 65535 (write a / of a password"),
+    ("host=db.example port=s3cr", "port: must be a number from 1 to 65535"),
+    ("postgresql://db.example:99999/shop", "port: must be a number from 1 to 65535"),
+    ("postgresql://h1:5432,h2:s3cr/shop", "port: must be a number"),
+    ("postgresql://db.example/shop?sslmode=s3cr", "sslmode: must be one of disable, allow, prefer"),
+    ("postgresql://db.example/shop?connect_timeout=s3cr", "connect_timeout: must be a whole number"),
+    ("host=db.example target_session_attrs=s3cr", "target_session_attrs: must be one of any, "),
+]
+
+
+@pytest.mark.parametrize(("url", "reason"), MISREAD)
+def test_a_url_libpq_would_misread_or_refuse_later_is_refused_at_start(url: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        url_params(url, "FLEET_DATABASE_URL")
+    assert str(e.value).startswith(f"FLEET_DATABASE_URL: {reason}"), str(e.value)
+    assert "s3" not in str(e.value) and "cr" not in str(e.value)
+
+
+@pytest.mark.parametrize("command", RUN)
+def test_every_executable_exits_2_on_a_misread_url_without_its_password(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FLEET_DATABASE_URL", raising=False)
+    code = RUN[command]("postgresql://app:s3/cr@127.0.0.1/shop")
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "s3" not in err, (code, err)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:p%40s%2Fw@h1:5432,h2:5433/shop?sslmode=require&connect_timeout=5",
+        "postgresql://app:pa?ss@db.example/shop",  # an unencoded ? is read as part of the password
+        "postgresql://db.example/shop?application_name=a@b",
+        "postgresql://[::1]:5432/shop",
+        "postgresql://app@/shop?host=/run/postgresql",
+        "host=/run/postgresql dbname=shop keepalives=0 target_session_attrs=read-write",
+    ],
+)
+def test_urls_as_libpq_reads_them_are_accepted(url: str) -> None:
+    assert url_params(url, "FLEET_DATABASE_URL")
 
 
 def test_network_defaults_apply_unless_the_url_sets_them() -> None:
