@@ -458,6 +458,16 @@ SELECT s.schedule_name, s.scheduled_for, s.start_by, s.run_after, w.newer
 FROM stale s JOIN newer w ON w.schedule_name = s.schedule_name
 ORDER BY s.schedule_name, s.scheduled_for
 
+-- name: run_stale_of
+-- The stale runs of the named schedules (locked by the tick, as schedule_due locks them), oldest
+-- first: a tick that creates a newer run leaving them no room skips them in its favour (run_settle
+-- in the same transaction) and names them in its window.
+SELECT r.schedule_name, r.scheduled_for, r.start_by, r.run_after
+FROM fleet.job_runs r
+WHERE r.schedule_name = ANY(%(names)s::text[]) AND r.start_by IS NOT NULL
+  AND r.start_by < coalesce(%(now)s::timestamptz, now()) AND r.status::text = 'pending'
+ORDER BY r.schedule_name, r.scheduled_for
+
 -- name: run_settle
 -- Stale runs settled by their schedule's catch-up policy: run (start_by cleared, so claimable at
 -- once), or recorded skipped with the reason. Only a run still stale changes. The first run kept

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import groupby
 from typing import Any
 
 import psycopg
@@ -12,9 +13,9 @@ import psycopg
 from fleet.observe import logs
 from fleet.store.queries import q
 from fleet.timing.calendars import from_row
-from fleet.timing.catchup import Plan, plan_slots
-from fleet.timing.schedule import TimingError, saturating_add, timing_of
-from fleet.timing.window import window_json
+from fleet.timing.catchup import Plan, StaleRun, plan_slots, settle_stale, stale_room
+from fleet.timing.schedule import DROPPED_COUNT_LIMIT, TimingError, saturating_add, timing_of
+from fleet.timing.window import Collapsed, window_json
 
 # A broken schedule (its timing could not be evaluated) is tried again this long after it broke: an
 # upgraded fleet, or a time zone database that changed, may evaluate it.
@@ -72,18 +73,38 @@ def run_once(
         adv_missed: list[int] = []
         broken_names: list[str] = []
         broken_errors: list[str] = []
+        plans: list[tuple[dict[str, Any], Plan]] = []
         for row in rows:
             try:
-                plan = _plan(row, catchup_limit, lookahead)
+                plans.append((row, _plan(row, catchup_limit, lookahead)))
             except Exception as e:  # noqa: BLE001 - whatever one schedule raises stays with it
                 error = _error_line(e, row)
                 broken_names.append(row["name"])
                 broken_errors.append(error)
                 if row["broken_at"] is None:
                     logs.event("schedule_broken", schedule=row["name"], error=error)
-                continue
-            # The first slot planned stands for the slots folded into it (plan.collapsed).
-            folded = window_json(plan.collapsed)
+        stale = _stale_runs(conn, plans, now)
+        settle_names: list[str] = []
+        settle_slots: list[datetime] = []
+        settle_reasons: list[str] = []
+        for row, plan in plans:
+            # The first slot planned stands for the slots folded into it (plan.collapsed), and for
+            # the schedule's stale runs that it leaves no room for, skipped here in its favour.
+            runs = stale.get(row["name"], [])
+            collapsed, skipped = _fold_stale(row, plan, runs)
+            if skipped:
+                settle_names += [row["name"]] * len(runs)
+                settle_slots += [run.slot for run in runs]
+                settle_reasons += skipped
+                logs.event(
+                    "stale_runs_settled",
+                    schedule=row["name"],
+                    policy=row["catchup"],
+                    kept=0,
+                    skipped=len(runs),
+                    since=runs[0].slot,
+                )
+            folded = window_json(collapsed)
             first = min([*plan.run, *(slot for slot, _ in plan.skipped)]) if folded else None
             offset = row["spread_offset"]
             for slot in plan.run:
@@ -109,12 +130,15 @@ def run_once(
             adv_next.append(plan.next_run_at)
             adv_missed.append(plan.missed)
             if plan.missed:
+                # Missed slots are counted up to a limit: past it, the count is a floor.
+                capped = plan.missed >= DROPPED_COUNT_LIMIT
                 logs.event(
                     "slots_missed",
                     schedule=row["name"],
                     count=plan.missed,
                     policy=row["catchup"],
                     since=row["next_run_at"],
+                    **({"at_least": True} if capped else {}),
                 )
             if plan.next_run_at is not None and plan.next_run_at <= row["db_now"] + lookahead:
                 result.still_due = True  # the catch-up limit cut the plan short
@@ -142,6 +166,17 @@ def run_once(
             ).fetchall()
             result.created = sum(1 for r in created if r["status"] == "pending")
             result.skipped = sum(1 for r in created if r["status"] == "skipped")
+        if settle_names:
+            conn.execute(
+                q("run_settle"),
+                {
+                    "names": settle_names,
+                    "slots": settle_slots,
+                    "reasons": settle_reasons,
+                    "windows": [None] * len(settle_names),
+                    "now": now,
+                },
+            )
         if adv_names:
             conn.execute(
                 q("schedule_advance"), {"names": adv_names, "next_run_ats": adv_next, "missed": adv_missed}
@@ -149,6 +184,51 @@ def run_once(
         if result.created:
             conn.execute(q("run_notify"))  # delivered at commit: workers wake at once
     return result
+
+
+def _stale_runs(
+    conn: psycopg.Connection[Any], plans: list[tuple[dict[str, Any], Plan]], now: datetime | None
+) -> dict[str, list[StaleRun]]:
+    """The stale runs (created ahead, missed: see fleet.ticker.settle) of the schedules that catch
+    up (`latest`, `all`) and plan a run already due, by schedule, oldest first. (A running fleet's
+    usual tick creates slots ahead of their time, and asks nothing.)"""
+    names = [
+        row["name"]
+        for row, plan in plans
+        if row["catchup"] != "skip" and any(slot <= row["db_now"] for slot in plan.run)
+    ]
+    if not names:
+        return {}
+    rows = conn.execute(q("run_stale_of"), {"names": names, "now": now}).fetchall()
+    return {
+        name: [StaleRun(r["scheduled_for"], r["start_by"], r["run_after"]) for r in group]
+        for name, group in groupby(rows, key=lambda r: r["schedule_name"])
+    }
+
+
+def _fold_stale(row: dict[str, Any], plan: Plan, stale: list[StaleRun]) -> tuple[Collapsed | None, list[str]]:
+    """The slots folded into the plan's first run, and why each stale run is skipped (none when it
+    is left to fleet.ticker.settle): when the runs the plan makes due leave the stale runs no room
+    (`latest`: one of them; `all`: `max_catchup` of them), they are skipped in its favour in this
+    tick, and its window names them with the slots the plan missed without a row."""
+    due = sum(1 for slot in plan.run if slot <= row["db_now"])
+    if not stale or stale_room(row["catchup"], len(stale), due, row["max_catchup"]):
+        return plan.collapsed, []
+    decided = settle_stale(
+        row["catchup"],
+        stale,
+        due,
+        row["db_now"],
+        max_lateness=row["max_lateness"],
+        max_catchup=row["max_catchup"],
+    )
+    reasons = [why for why in decided if why is not None]
+    assert len(reasons) == len(stale)  # no room: none is kept
+    folded = Collapsed(len(stale), stale[0].slot, stale[-1].slot)
+    c = plan.collapsed
+    if c is not None:
+        folded = Collapsed(folded.count + c.count, min(folded.first, c.first), max(folded.last, c.last))
+    return folded, reasons
 
 
 def _plan(row: dict[str, Any], catchup_limit: int, lookahead: timedelta) -> Plan:

@@ -319,13 +319,7 @@ def settle_stale(
     slot up to now) is there; `all` runs the newest `max_catchup` less the newer runs. A run kept but
     older than `max_lateness` is skipped, as at creation.
     """
-    if catchup == "all":
-        room = len(stale) if max_catchup is None else max(0, max_catchup - newer)
-    elif catchup == "latest":
-        room = 0 if newer else 1
-    else:
-        room = 0
-    kept_from = len(stale) - min(room, len(stale))
+    kept_from = len(stale) - min(stale_room(catchup, len(stale), newer, max_catchup), len(stale))
     out: list[str | None] = []
     for i, run in enumerate(stale):
         due = run.slot if run.run_after is None else max(run.slot, run.run_after)
@@ -336,6 +330,16 @@ def settle_stale(
         else:
             out.append(_too_late(run.slot, saturating_add(now, run.slot - due), max_lateness))
     return out
+
+
+def stale_room(catchup: CatchUp, stale: int, newer: int, max_catchup: int | None) -> int:
+    """How many of `stale` runs the policy runs, with `newer` runs of later slots due: `latest` one
+    unless a newer one is there, `all` up to `max_catchup` less the newer ones, `skip` none."""
+    if catchup == "all":
+        return stale if max_catchup is None else max(0, max_catchup - newer)
+    if catchup == "latest":
+        return 0 if newer else 1
+    return 0
 
 
 def settled_collapsed(

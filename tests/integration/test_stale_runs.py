@@ -189,15 +189,31 @@ def test_stale_runs_of_a_paused_schedule_are_settled_too(conn: psycopg.Connectio
 def test_a_schedule_with_slots_still_to_plan_is_settled_only_after_its_plan(
     conn: psycopg.Connection[Any],
 ) -> None:
-    minutely(conn, "latest")
+    minutely(conn, "all")
     tick(conn, T0 - MIN)
     assert settle.run_once(conn, now=T0 + 10 * MIN).schedules == 0  # its missed slots are not planned yet
     run_once(conn, batch_size=100, catchup_limit=1000, lookahead=AHEAD, now=T0 + 10 * MIN)
-    assert settle.run_once(conn, now=T0 + 10 * MIN).skipped == 2
+    assert settle.run_once(conn, now=T0 + 10 * MIN).kept == 2  # within max_catchup with the newer ones
+
+
+def test_a_tick_that_plans_a_newer_due_slot_skips_the_stale_runs_it_stands_for(
+    conn: psycopg.Connection[Any],
+) -> None:
+    # `latest`, back at 10:10: the plan keeps 10:10, which leaves the two runs created ahead no
+    # room; the tick skips them itself, in the transaction that creates 10:10, and settle has
+    # nothing left to do.
+    minutely(conn, "latest")
+    tick(conn, T0 - MIN)
+    run_once(conn, batch_size=100, catchup_limit=1000, lookahead=AHEAD, now=T0 + 10 * MIN)
+    assert [run(conn, s)["status"] for s in minutes(0, 1)] == ["skipped", "skipped"]
+    assert run(conn, T0)["last_error"] == (
+        "catchup latest: not started within its grace (30s); a newer slot runs instead"
+    )
+    assert settle.run_once(conn, now=T0 + 10 * MIN).schedules == 0
 
 
 def test_two_tickers_settle_each_schedule_once(db_url: str, conn: psycopg.Connection[Any]) -> None:
-    minutely(conn, "latest")
+    minutely(conn, "all")
     tick(conn, T0 - MIN)
     run_once(conn, batch_size=100, catchup_limit=1000, lookahead=AHEAD, now=T0 + 5 * MIN)
     with connect(db_url, "fleet-tests other ticker") as other, other.transaction():
@@ -206,9 +222,9 @@ def test_two_tickers_settle_each_schedule_once(db_url: str, conn: psycopg.Connec
         ).fetchall()
         assert [r["name"] for r in locked] == ["s"]
         assert settle.run_once(conn, now=T0 + 5 * MIN).schedules == 0  # held by the other: skipped
-    assert settle.run_once(conn, now=T0 + 5 * MIN).skipped == 2
+    assert settle.run_once(conn, now=T0 + 5 * MIN).kept == 2
     assert settle.run_once(conn, now=T0 + 5 * MIN).schedules == 0  # settled once
-    assert claim(conn, T0 + 5 * MIN) == minutes(5)  # latest: the slot on time stands for the missed ones
+    assert claim(conn, T0 + 5 * MIN) == minutes(0, 1, 2, 3, 4, 5)  # all: each missed slot runs once
 
 
 def test_a_changed_grace_recreates_the_runs_created_ahead(conn: psycopg.Connection[Any]) -> None:

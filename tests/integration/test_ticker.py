@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
@@ -144,3 +145,28 @@ def test_a_start_at_far_in_the_past_under_all_creates_at_most_max_catchup_runs(
         run_once(conn, batch_size=100, catchup_limit=1000, now=T0)
     assert 49 <= len(_runs(conn)) <= 51
     assert scalar(conn, "SELECT missed_slots FROM fleet.schedules") >= 10_000
+
+
+def test_a_count_of_missed_slots_that_reached_its_limit_says_it_is_a_floor(
+    conn: psycopg.Connection[Any], capfd: pytest.CaptureFixture[str]
+) -> None:
+    # A day of every second missed: the count stops at 10,000 and says so; an hour of every
+    # minute is counted whole.
+    for name, timing in (
+        ("by-cron", 'cron = "* * * * * *"'),
+        ("by-every", 'every = "1s"'),
+        ("minutely", 'cron = "* * * * *"'),
+    ):
+        apply_text(
+            conn,
+            f'[[schedule]]\nname = "{name}"\n{timing}\njob = "noop"\n'
+            'start_at = "2026-11-01T10:00:00Z"\ncatchup = "skip"\n',
+            now=T0 - timedelta(days=1),
+        )
+    capfd.readouterr()
+    run_once(conn, batch_size=100, catchup_limit=1000, now=T0)
+    lines = [orjson.loads(line) for line in capfd.readouterr().out.splitlines() if line.startswith("{")]
+    missed = {e["schedule"]: e for e in lines if e["event"] == "slots_missed"}
+    assert missed["by-cron"]["count"] == 10_000 and missed["by-cron"]["at_least"] is True
+    assert missed["by-every"]["count"] == 10_000 and missed["by-every"]["at_least"] is True
+    assert missed["minutely"]["count"] == 1_440 and "at_least" not in missed["minutely"]
