@@ -56,8 +56,9 @@ def cmd_alert(args: argparse.Namespace) -> int:
             check_schema(conn)
             routes = _routes(conn)
         return _test(settings, routes, args.test)
-    logs.configure(settings.log_format, process="alert")
     stop = threading.Event()
+    # Its log's reader gone (`fleetctl alert | head -1`), it stops as on SIGTERM.
+    logs.configure(settings.log_format, on_output_gone=stop.set, process="alert")
 
     def on_signal(sig: signal.Signals) -> None:
         try:
@@ -69,7 +70,8 @@ def cmd_alert(args: argparse.Namespace) -> int:
     from fleet.process.signals import on_stop_signal
 
     on_stop_signal(on_signal)
-    return Alerter(settings, stop).run()
+    code = Alerter(settings, stop).run()
+    return logs.EXIT_OUTPUT_GONE if code == 0 and logs.output_gone() else code
 
 
 def _routes(conn: Any) -> dict[str, Any]:

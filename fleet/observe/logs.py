@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import IO, Any
 
@@ -28,15 +29,30 @@ _prefix = ""
 _milli = -1
 _rendered = b""
 _EVENT_KEYS: dict[str, bytes] = {}
+# The exit code of a process that stopped because its output's reader went away, as a program that
+# SIGPIPE ended (and `fleetctl` when its reader goes away).
+EXIT_OUTPUT_GONE = 141
+_gone = False  # the output's reader went away: lines are dropped
+_on_gone: Callable[[], None] | None = None
 
 
-def configure(fmt: str = "json", stream: IO[bytes] | None = None, **base: Any) -> None:
+def configure(
+    fmt: str = "json",
+    stream: IO[bytes] | None = None,
+    on_output_gone: Callable[[], None] | None = None,
+    **base: Any,
+) -> None:
     """Choose json or text, the output stream (stdout by default) and fields every line carries.
     Warnings and errors that libraries log (the connection pool, the trace exporter) become lines
-    of their own, `library_log`, instead of plain text on stderr."""
-    global _format, _stream, _base, _base_json
+    of their own, `library_log`, instead of plain text on stderr. When the output's reader goes away
+    (`fleet-ticker | head -1`), lines are dropped from then on and `on_output_gone` is called, once,
+    on the thread that wrote: a long-running process stops there as on SIGTERM. Without it, the
+    write raises BrokenPipeError, as any other."""
+    global _format, _stream, _base, _base_json, _gone, _on_gone
     _format = fmt
     _stream = stream
+    _gone = False
+    _on_gone = on_output_gone
     _base = dict(base)
     _base_json = b"," + orjson.dumps(_base, option=_OPTIONS)[1:-1] if _base else b""
     root = logging.getLogger()
@@ -234,11 +250,35 @@ def batched() -> Iterator[None]:
             _write(b"".join(buffer))
 
 
+def output_gone() -> bool:
+    """Whether the output's reader went away (its lines are dropped since)."""
+    return _gone
+
+
 def _write(data: bytes) -> None:
-    out = _stream or sys.stdout.buffer
+    global _gone
+    on_gone = _on_gone
     with _lock:
-        out.write(data)
-        out.flush()
+        if _gone:
+            return
+        try:
+            out = _stream or sys.stdout.buffer
+            out.write(data)
+            out.flush()
+            return
+        except BrokenPipeError:
+            if on_gone is None:
+                raise  # a command's own: it ends as a program that SIGPIPE ended (fleetctl's main)
+            # No reader: each line would fail in the middle of the work that logged it (a tick, a
+            # claim), and the process would record a crash that says nothing true. Lines are
+            # dropped instead, and the process is told to stop.
+            _gone = True
+            if _stream is None:  # nor fail when what is left in the buffer is flushed at exit
+                with contextlib.suppress(OSError, ValueError):
+                    null = os.open(os.devnull, os.O_WRONLY)
+                    os.dup2(null, sys.stdout.fileno())
+                    os.close(null)
+    on_gone()
 
 
 def _text(v: Any) -> str:

@@ -629,10 +629,12 @@ def cmd_metrics(args: argparse.Namespace) -> int:
             raise UsageError(f"--tls-cert: cannot load the certificate and key: {e}") from None
     access = _access_from_env()
     url = resolve_url(args.database_url or os.environ.get("FLEET_DATABASE_URL") or None)
-    logs.configure(args.log_format or os.environ.get("FLEET_LOG_FORMAT") or "json", process="metrics")
     stop = threading.Event()
+    # Its log's reader gone (`fleetctl metrics | head -1`), it stops as on SIGTERM.
+    log_format = args.log_format or os.environ.get("FLEET_LOG_FORMAT") or "json"
+    logs.configure(log_format, on_output_gone=stop.set, process="metrics")
     on_stop_signal(lambda _sig: stop.set())
-    return serve(
+    code = serve(
         url,
         host,
         port,
@@ -642,6 +644,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         tls=tls,
         max_connections=args.max_connections,
     )
+    return logs.EXIT_OUTPUT_GONE if code == 0 and logs.output_gone() else code
 
 
 def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:

@@ -24,9 +24,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"fleet-ticker: {e}", file=sys.stderr)
         return 2
-    logs.configure(settings.log_format, process="ticker")
-    telemetry.configure("fleet-ticker", settings.ticker_id, os.environ)
     stop = threading.Event()
+    # Its log's reader gone (`fleet-ticker | head -1`), the ticker stops as on SIGTERM.
+    logs.configure(settings.log_format, on_output_gone=stop.set, process="ticker")
+    telemetry.configure("fleet-ticker", settings.ticker_id, os.environ)
 
     def on_signal(sig: signal.Signals) -> None:
         try:
@@ -37,7 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     on_stop_signal(on_signal)
     try:
-        return Ticker(settings, stop).run()
+        code = Ticker(settings, stop).run()
+        return logs.EXIT_OUTPUT_GONE if code == 0 and logs.output_gone() else code
     except DatabaseUnavailable as e:
         print(f"fleet-ticker: {e}", file=sys.stderr)
         return 1

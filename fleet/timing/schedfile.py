@@ -13,7 +13,7 @@ import itertools
 import math
 import re
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -301,6 +301,25 @@ def unknown_field(key: str, known: set[str]) -> str:
     return f"unknown field (did you mean {close[0]}?)" if close else "unknown field"
 
 
+# The form of a name's and a job's text, said when a string does not match it.
+_FORMS = {
+    "name": "at most 200 characters, the first a letter or a digit",
+    "job": "letters, digits and . _ : - (at most 200 characters, the first a letter, a digit or _)",
+}
+
+
+def _text(
+    bad: Callable[[str, str], None], field: str, value: Any, pattern: re.Pattern[str], what: str, form: str
+) -> None:
+    """A required text field: missing, not a string, or not of its form, each said as it is."""
+    if value is None:
+        bad(field, f"required; {what}")
+    elif not isinstance(value, str):
+        bad(field, f"must be a string: {what}, got {shown(value)}")
+    elif not pattern.fullmatch(value):
+        bad(field, f"must be {what}: {_FORMS[form]}, got {shown(value)}")
+
+
 def parse_entry(
     entry: dict[str, Any], where: str, max_args_bytes: int = MAX_ARGS_BYTES
 ) -> tuple[ScheduleSpec | None, list[str]]:
@@ -313,14 +332,10 @@ def parse_entry(
 
     for key in sorted(set(entry) - _KEYS):
         bad(key, unknown_field(key, _KEYS))
-    name = entry.get("name")
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        got = f", got {shown(name)}" if name is not None else ""
-        bad("name", f"required; letters, digits and . _ : @ - (at most 200 characters){got}")
-    job = entry.get("job")
-    if not isinstance(job, str) or not _JOB.fullmatch(job):
-        got = f", got {shown(job)}" if job is not None else ""
-        bad("job", f"required; the name of a job registered on the workers{got}")
+    # A field that is there but wrong is said to be wrong, not missing.
+    name, job = entry.get("name"), entry.get("job")
+    _text(bad, "name", name, _NAME, "letters, digits and . _ : @ -", "name")
+    _text(bad, "job", job, _JOB, "the name of a job registered on the workers", "job")
     args = entry.get("args", {})
     if not isinstance(args, dict):
         bad("args", "must be a table")
@@ -392,9 +407,6 @@ def parse_entry(
             tz_ok = False
 
     start_at = _start_at(entry.get("start_at"), tz if tz_ok else "UTC", bad)
-    calendar = calendars.parse(entry.get("exclude"), entry.get("until"), tz if tz_ok else "UTC", bad)
-    if calendar is not None and start_at is not None and calendar.ended(start_at):
-        bad("until", f"{calendar.until.isoformat() if calendar.until else ''} is before start_at")
 
     every: timedelta | None = None
     cron = entry.get("cron")
@@ -438,6 +450,11 @@ def parse_entry(
                 )
     if spread is not None and spread <= timedelta(0):
         spread = None  # "0s": no spread
+    # The calendar (exclude, until) filters the timing's slots, and is no part of it: its problems
+    # are checked after the timing's, so that neither hides the other's.
+    calendar = calendars.parse(entry.get("exclude"), entry.get("until"), tz if tz_ok else "UTC", bad)
+    if calendar is not None and start_at is not None and calendar.ended(start_at):
+        bad("until", f"{calendar.until.isoformat() if calendar.until else ''} is before start_at")
 
     retry = entry.get("retry", {})
     max_attempts, base, cap = DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP

@@ -63,11 +63,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exception(e.__cause__)
         print(f"fleet-worker: {e}", file=sys.stderr)
         return 2
-    logs.configure(settings.log_format, process="worker")
-    telemetry.configure("fleet-worker", settings.worker_id, os.environ)
     stop = threading.Event()
     worker = Worker(settings, handlers, stop)
     requested = threading.Event()  # a stop signal came (the worker may also stop by itself)
+
+    def on_output_gone() -> None:
+        # Its log's reader gone (`fleet-worker | head -1`): stop as on SIGTERM, saying nothing.
+        requested.set()
+        stop.set()
+        worker.wake.set()
+
+    logs.configure(settings.log_format, on_output_gone=on_output_gone, process="worker")
+    telemetry.configure("fleet-worker", settings.worker_id, os.environ)
 
     def on_signal(sig: signal.Signals) -> None:
         # Signals come here one at a time, on the relay thread.
@@ -100,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     on_stop_signal(on_signal)
     code = worker.run()
+    if code == 0 and logs.output_gone():
+        code = logs.EXIT_OUTPUT_GONE
     if code in (EXIT_ABANDONED, EXIT_FORCED):
         # The abandoned handler's thread runs on, and what earlier handlers started may too: Python's
         # own exit would wait for ever for a non-daemon thread or a multiprocessing child. The worker

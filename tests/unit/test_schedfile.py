@@ -132,3 +132,67 @@ def test_an_unknown_field_names_the_field_it_most_likely_misspells(field: str, p
     with pytest.raises(ScheduleFileError) as e:
         load(f'[[schedule]]\nname = "c"\ncron = "0 2 * * *"\njob = "j"\n{field} = "5m"\n')
     assert f"schedule 'c': {problem}" in e.value.problems, e.value.problems
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        # a bad `until` or `exclude` does not keep the timing (and the spread against it) unchecked
+        ('every = "5m"\nspread = "1h"\nuntil = 5', ["spread", "until"]),
+        ('every = "5m"\nspread = "1h"\nexclude = "2026-12-25"', ["spread", "exclude"]),
+        ('cron = "61 * * * *"\nuntil = "soon"', ["cron", "until"]),
+        ('cron = "61 * * * *"\nexclude = ["someday"]', ["cron", "exclude[0]"]),
+    ],
+)
+def test_a_bad_calendar_is_reported_beside_the_timings_problems(fields: str, expected: list[str]) -> None:
+    with pytest.raises(ScheduleFileError) as e:
+        load(f'[[schedule]]\nname = "c"\njob = "j"\n{fields}\n')
+    assert sorted(p.split(": ")[1] for p in e.value.problems) == sorted(expected), e.value.problems
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ('every = "1m"', "job: required; the name of a job registered on the workers"),
+        (
+            'every = "1m"\njob = 7',
+            "job: must be a string: the name of a job registered on the workers, got 7",
+        ),
+        (
+            'every = "1m"\njob = ["j"]',
+            "job: must be a string: the name of a job registered on the workers, got ['j']",
+        ),
+        (
+            'every = "1m"\njob = "a job"',
+            "job: must be the name of a job registered on the workers: letters, digits and . _ : - "
+            "(at most 200 characters, the first a letter, a digit or _), got 'a job'",
+        ),
+    ],
+)
+def test_a_job_of_the_wrong_type_is_not_said_to_be_missing(fields: str, problem: str) -> None:
+    with pytest.raises(ScheduleFileError) as e:
+        load(f'[[schedule]]\nname = "a"\n{fields}\n')
+    assert e.value.problems == [f"schedule 'a': {problem}"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ("", "schedule #1: name: required; letters, digits and . _ : @ -"),
+        ("name = 7", "schedule #1: name: must be a string: letters, digits and . _ : @ -, got 7"),
+        (
+            'name = "bad name!"',
+            "schedule 'bad name!': name: must be letters, digits and . _ : @ -: at most 200 characters, "
+            "the first a letter or a digit, got 'bad name!'",
+        ),
+        (
+            'name = "-a"',
+            "schedule '-a': name: must be letters, digits and . _ : @ -: at most 200 characters, the first "
+            "a letter or a digit, got '-a'",
+        ),
+    ],
+)
+def test_a_name_of_the_wrong_type_is_not_said_to_be_missing(fields: str, problem: str) -> None:
+    with pytest.raises(ScheduleFileError) as e:
+        load(f'[[schedule]]\n{fields}\nevery = "1m"\njob = "j"\n')
+    assert e.value.problems == [problem]
