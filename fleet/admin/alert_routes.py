@@ -26,7 +26,14 @@ from fleet.declare import Schedule, gather
 from fleet.errors import ScheduleFileError
 from fleet.health.verdicts import SEVERITY, UNHEALTHY, Verdict
 from fleet.store.queries import q
-from fleet.timing.schedfile import MAX_ARGS_BYTES, MAX_DURATION, ScheduleSpec, shown
+from fleet.timing.schedfile import (
+    MAX_ARGS_BYTES,
+    MAX_DURATION,
+    ScheduleSpec,
+    shown,
+    text_field,
+    unknown_field,
+)
 from fleet.timing.schedule import TimingError, parse_duration
 
 Kind = Literal["webhook", "slack", "email"]
@@ -193,16 +200,15 @@ def parse_route(entry: dict[str, Any], where: str) -> tuple[AlertRoute | None, l
         errs.append(f"{where}: {fieldname}: {msg}")
 
     name = entry.get("name")
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        got = f", got {shown(name)}" if name is not None else ""
-        bad("name", f"required; letters, digits and . _ : @ - (at most 100 characters){got}")
+    chars = "letters, digits and . _ : @ -"
+    text_field(bad, "name", name, _NAME, chars, "at most 100 characters, the first a letter or a digit")
     kind = entry.get("kind")
     if kind not in KINDS:
         bad("kind", f"required; one of {' | '.join(KINDS)}, got {shown(kind)}")
         kind = None
     allowed = _COMMON | (_TARGET_KEYS[kind] if kind else set().union(*_TARGET_KEYS.values()))
     for key in sorted(set(entry) - allowed):
-        bad(key, "unknown field" + (f" for kind {kind}" if kind else ""))
+        bad(key, unknown_field(key, allowed, f" for kind {kind}" if kind else ""))
 
     schedules = entry.get("schedules", ["*"])
     if isinstance(schedules, str):

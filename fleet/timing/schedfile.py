@@ -295,29 +295,27 @@ def args_json(
     return encoded, problems
 
 
-def unknown_field(key: str, known: set[str]) -> str:
-    """The problem of an unknown field, naming the known one it most likely misspells."""
+def unknown_field(key: str, known: set[str], where: str = "") -> str:
+    """The problem of an unknown field (`where`: of what, such as " for kind webhook"), naming the
+    known one it most likely misspells."""
     close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
-    return f"unknown field (did you mean {close[0]}?)" if close else "unknown field"
+    return f"unknown field{where}" + (f" (did you mean {close[0]}?)" if close else "")
 
 
-# The form of a name's and a job's text, said when a string does not match it.
-_FORMS = {
-    "name": "at most 200 characters, the first a letter or a digit",
-    "job": "letters, digits and . _ : - (at most 200 characters, the first a letter, a digit or _)",
-}
+_NAME_CHARS = "letters, digits and . _ : @ -"
 
 
-def _text(
+def text_field(
     bad: Callable[[str, str], None], field: str, value: Any, pattern: re.Pattern[str], what: str, form: str
 ) -> None:
-    """A required text field: missing, not a string, or not of its form, each said as it is."""
+    """A required text field: missing, not a string, or not of its `form` (what `pattern` matches),
+    each said as it is."""
     if value is None:
         bad(field, f"required; {what}")
     elif not isinstance(value, str):
         bad(field, f"must be a string: {what}, got {shown(value)}")
     elif not pattern.fullmatch(value):
-        bad(field, f"must be {what}: {_FORMS[form]}, got {shown(value)}")
+        bad(field, f"must be {what}: {form}, got {shown(value)}")
 
 
 def parse_entry(
@@ -334,8 +332,16 @@ def parse_entry(
         bad(key, unknown_field(key, _KEYS))
     # A field that is there but wrong is said to be wrong, not missing.
     name, job = entry.get("name"), entry.get("job")
-    _text(bad, "name", name, _NAME, "letters, digits and . _ : @ -", "name")
-    _text(bad, "job", job, _JOB, "the name of a job registered on the workers", "job")
+    first = "the first a letter or a digit"
+    text_field(bad, "name", name, _NAME, _NAME_CHARS, f"at most 200 characters, {first}")
+    text_field(
+        bad,
+        "job",
+        job,
+        _JOB,
+        "the name of a job registered on the workers",
+        "letters, digits and . _ : - (at most 200 characters, the first a letter, a digit or _)",
+    )
     args = entry.get("args", {})
     if not isinstance(args, dict):
         bad("args", "must be a table")

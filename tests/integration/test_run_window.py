@@ -188,37 +188,30 @@ def test_runs_created_ahead_and_missed_are_folded_into_the_one_kept(
     assert seen.windows[T0 + 45 * MIN] == Window(None, None, Collapsed(3, T0, T0 + 30 * MIN))
 
 
-@pytest.mark.parametrize("catchup", ["latest", "all"])
+@pytest.mark.parametrize(
+    ("catchup", "back", "kept", "collapsed"),
+    [
+        # Away until 11:02, past the runs created ahead: the plan keeps 11:00 itself (`latest`, or
+        # `all` with max_catchup 1), which leaves the four runs created ahead no room.
+        ('"latest"', 62, 60, Collapsed(4, T0, T0 + 45 * MIN)),
+        ('"all"', 62, 60, Collapsed(4, T0, T0 + 45 * MIN)),
+        # Away until 11:32: the plan misses 11:00 and 11:15 itself and keeps 11:30; the runs created
+        # ahead come before them, and its window names all six.
+        ('"latest"', 92, 90, Collapsed(6, T0, T0 + 75 * MIN)),
+    ],
+)
 def test_runs_created_ahead_and_missed_are_folded_into_the_newer_run_the_plan_keeps(
-    db_url: str, conn: psycopg.Connection[Any], catchup: str
+    db_url: str, conn: psycopg.Connection[Any], catchup: str, back: int, kept: int, collapsed: Collapsed
 ) -> None:
-    # As above, but the fleet is away until 11:02, past the runs created ahead: the plan keeps 11:00
-    # itself (`latest`, or `all` with max_catchup 1), so the four runs created ahead are skipped in
-    # its favour, and its window names them with the slots it missed itself (none here).
-    quarterly(conn, catchup=f'"{catchup}"', max_catchup="1")
+    quarterly(conn, catchup=catchup, max_catchup="1")
     tick(conn, T0 - MIN, lookahead=60 * MIN)
-    tick(conn, T0 + 62 * MIN)  # skips them in the transaction that creates 11:00
+    tick(conn, T0 + back * MIN)  # skips them in the transaction that creates the run kept
     assert scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'skipped'") == 4
-    assert settle.run_once(conn, now=T0 + 62 * MIN).schedules == 0
+    assert settle.run_once(conn, now=T0 + back * MIN).schedules == 0
     seen = Seen()
     work(db_url, seen)
-    assert list(seen.windows) == [T0 + 60 * MIN]
-    assert seen.windows[T0 + 60 * MIN] == Window(None, None, Collapsed(4, T0, T0 + 45 * MIN))
-
-
-def test_a_newer_run_names_its_own_missed_slots_and_the_stale_runs_before_them(
-    db_url: str, conn: psycopg.Connection[Any]
-) -> None:
-    # Away until 11:32: the plan misses 11:00 and 11:15 itself and keeps 11:30; the four runs
-    # created ahead (10:00 to 10:45) come before them, and its window names all six.
-    quarterly(conn, catchup='"latest"')
-    tick(conn, T0 - MIN, lookahead=60 * MIN)
-    tick(conn, T0 + 92 * MIN)
-    assert scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE status = 'skipped'") == 4
-    seen = Seen()
-    work(db_url, seen)
-    assert list(seen.windows) == [T0 + 90 * MIN]
-    assert seen.windows[T0 + 90 * MIN] == Window(None, None, Collapsed(6, T0, T0 + 75 * MIN))
+    assert list(seen.windows) == [T0 + kept * MIN]
+    assert seen.windows[T0 + kept * MIN] == Window(None, None, collapsed)
 
 
 def test_a_result_that_cannot_be_stored_makes_the_run_dead_naming_the_cap(

@@ -134,6 +134,27 @@ url_env = "1BAD"
     ]
 
 
+def test_a_misspelt_field_and_a_name_of_the_wrong_type_are_said_as_they_are() -> None:
+    text = """
+[[alert]]
+name = 7
+kind = "slack"
+url_env = "SLACK_URL"
+reapeat = "1h"
+
+[[alert]]
+kind = "webhook"
+url_env = "HOOK"
+recovry = false
+"""
+    assert problems(text) == [
+        "alert #1: name: must be a string: letters, digits and . _ : @ -, got 7",
+        "alert #1: reapeat: unknown field for kind slack (did you mean repeat?)",
+        "alert #2: name: required; letters, digits and . _ : @ -",
+        "alert #2: recovry: unknown field for kind webhook (did you mean recovery?)",
+    ]
+
+
 def test_routes_and_schedules_are_checked_together(tmp_path: Path) -> None:
     one, two = tmp_path / "one.toml", tmp_path / "two.toml"
     one.write_text(FILE.replace('deadline = "45m"', 'deadline = "soon"'))
