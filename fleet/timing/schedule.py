@@ -24,6 +24,7 @@ Every slot is a UTC instant, produced once, and the slots of a schedule are stri
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 import re
@@ -277,6 +278,8 @@ def newest_slots_from(t: Timing, start: datetime, end: datetime, count: int) -> 
     # Slots are whole seconds apart at least: a range shorter than `count` seconds fits.
     if (last - first) // _SECOND + 1 <= count:
         return first, 0
+    if not _counted_by_day(plan.expr):
+        return _newest_walked(t, plan, first, last, count)
     # Back from `end` a stretch at a time, each twice as long as the one after it, counted a day at
     # a time (slot_offsets): the cost goes with the days the newest `count` slots span, not with
     # their number (a catch-up of 100,000 one-second slots spans a day and a bit).
@@ -297,9 +300,40 @@ def newest_slots_from(t: Timing, start: datetime, end: datetime, count: int) -> 
     return first, 0
 
 
+def _newest_walked(
+    t: Timing, plan: _CronPlan, first: datetime, last: datetime, count: int
+) -> tuple[datetime, int]:
+    """newest_slots_from slot by slot: back from `last` at most ``count + 1`` slots."""
+    newest: datetime | None = None
+    for n, slot in enumerate(plan.before(last, first), start=1):
+        if slot < first:
+            return first, 0
+        if n == count:
+            newest = slot
+        elif n > count:
+            assert newest is not None
+            return newest, count_slots(t, first, newest - _MICROSECOND, DROPPED_COUNT_LIMIT)
+    return first, 0
+
+
+# A matching day costs slot_offsets about as much as walking 16 slots (12 times a day: 1.5 s walked
+# against 2.0 s by the day for a catch-up of 100,000 slots; 24 times: 3.7 s against 0.9 s): a cron
+# with at most this many times a day is counted slot by slot.
+_WALKED_TIMES_A_DAY = 16
+
+
+@functools.lru_cache(maxsize=1024)
+def _counted_by_day(expr: str) -> bool:
+    """Whether a cron expression's long ranges are counted faster a day at a time than walked."""
+    return len(_day_parts(expr)[0]) > _WALKED_TIMES_A_DAY
+
+
 def count_slots(t: Timing, start: datetime, end: datetime, limit: int) -> int:
     """How many slots ``[start, end]`` holds, counted up to `limit` (``len(slots_between(...))``,
-    counted a day at a time)."""
+    counted a day at a time, or walked for a cron of few times a day)."""
+    plan = _plan(t)
+    if not isinstance(plan, _IntervalPlan) and not _counted_by_day(plan.expr):
+        return len(slots_between(t, start, end, limit))
     counted = 0
     for _, offsets in slot_offsets(t, start, end):
         counted += len(offsets)
