@@ -29,6 +29,7 @@ from fleet.store.queries import q
 from fleet.timing.schedfile import (
     MAX_ARGS_BYTES,
     MAX_DURATION,
+    NAME_CHARS,
     ScheduleSpec,
     shown,
     text_field,
@@ -200,8 +201,7 @@ def parse_route(entry: dict[str, Any], where: str) -> tuple[AlertRoute | None, l
         errs.append(f"{where}: {fieldname}: {msg}")
 
     name = entry.get("name")
-    chars = "letters, digits and . _ : @ -"
-    text_field(bad, "name", name, _NAME, chars, "at most 100 characters, the first a letter or a digit")
+    text_field(bad, "name", name, _NAME, NAME_CHARS, "at most 100 characters, the first a letter or a digit")
     kind = entry.get("kind")
     if kind not in KINDS:
         bad("kind", f"required; one of {' | '.join(KINDS)}, got {shown(kind)}")

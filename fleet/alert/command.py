@@ -70,8 +70,7 @@ def cmd_alert(args: argparse.Namespace) -> int:
     from fleet.process.signals import on_stop_signal
 
     on_stop_signal(on_signal)
-    code = Alerter(settings, stop).run()
-    return logs.EXIT_OUTPUT_GONE if code == 0 and logs.output_gone() else code
+    return logs.exit_code(Alerter(settings, stop).run())
 
 
 def _routes(conn: Any) -> dict[str, Any]:

@@ -255,6 +255,12 @@ def output_gone() -> bool:
     return _gone
 
 
+def exit_code(code: int) -> int:
+    """A long-running process's exit code: EXIT_OUTPUT_GONE for a stop that its output's reader
+    going away caused, any other code as it is."""
+    return EXIT_OUTPUT_GONE if code == 0 and _gone else code
+
+
 def _write(data: bytes) -> None:
     global _gone
     on_gone = _on_gone

@@ -17,7 +17,7 @@ from fleet.health.results import ScheduleHealth
 from fleet.observe.printable import printable
 from fleet.ops.control import ProcInfo
 from fleet.ops.status import fleet_lines, live_processes, verdict_text
-from fleet.process.supervisor import ALERT_PROGRAM
+from fleet.process.supervisor import ALERT_PROGRAM, TICKER_PROGRAM
 from fleet.store.queries import q
 
 COLUMNS = (
@@ -194,9 +194,7 @@ def stopping_line(processes: Sequence[ProcInfo], runs_here: int | None, wait_s: 
 def fleet_view(snap: Snapshot) -> list[str]:
     """The `fleet:` lines, where NO-TICKER says so while this host's ticker is still starting (up
     under supervisord, not registered yet, in the first seconds of `fleetctl up`)."""
-    ticker_up = any(
-        p.slot is None and p.group != ALERT_PROGRAM and p.state in UP_STATES for p in snap.processes
-    )
+    ticker_up = any(p.group == TICKER_PROGRAM and p.state in UP_STATES for p in snap.processes)
     starting = (
         ticker_up
         and "ticker" not in snap.seen

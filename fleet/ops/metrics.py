@@ -634,17 +634,18 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     log_format = args.log_format or os.environ.get("FLEET_LOG_FORMAT") or "json"
     logs.configure(log_format, on_output_gone=stop.set, process="metrics")
     on_stop_signal(lambda _sig: stop.set())
-    code = serve(
-        url,
-        host,
-        port,
-        stop,
-        interval_s=args.interval,
-        access=access,
-        tls=tls,
-        max_connections=args.max_connections,
+    return logs.exit_code(
+        serve(
+            url,
+            host,
+            port,
+            stop,
+            interval_s=args.interval,
+            access=access,
+            tls=tls,
+            max_connections=args.max_connections,
+        )
     )
-    return logs.EXIT_OUTPUT_GONE if code == 0 and logs.output_gone() else code
 
 
 def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:

@@ -435,9 +435,10 @@ LIMIT %(limit)s
 FOR UPDATE OF s SKIP LOCKED
 
 -- name: run_stale
--- The stale runs of the named schedules (locked by run_confirm_ahead), oldest first, each with how
--- many runs its schedule has with a later slot up to now, counted up to its max_catchup: under
--- `latest` one of them stands for the missed slots, under `all` they count toward max_catchup.
+-- The stale runs of the named schedules (locked by run_confirm_ahead, or by a tick's schedule_due),
+-- oldest first, each with how many runs its schedule has with a later slot up to now, counted up to
+-- its max_catchup: under `latest` one of them stands for the missed slots, under `all` they count
+-- toward max_catchup. (A tick reads them before it creates its runs, and counts its own instead.)
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 stale AS (
     SELECT r.schedule_name, r.scheduled_for, r.start_by, r.run_after
@@ -457,16 +458,6 @@ newer AS (
 SELECT s.schedule_name, s.scheduled_for, s.start_by, s.run_after, w.newer
 FROM stale s JOIN newer w ON w.schedule_name = s.schedule_name
 ORDER BY s.schedule_name, s.scheduled_for
-
--- name: run_stale_of
--- The stale runs of the named schedules (locked by the tick, as schedule_due locks them), oldest
--- first: a tick that creates a newer run leaving them no room skips them in its favour (run_settle
--- in the same transaction) and names them in its window.
-SELECT r.schedule_name, r.scheduled_for, r.start_by, r.run_after
-FROM fleet.job_runs r
-WHERE r.schedule_name = ANY(%(names)s::text[]) AND r.start_by IS NOT NULL
-  AND r.start_by < coalesce(%(now)s::timestamptz, now()) AND r.status::text = 'pending'
-ORDER BY r.schedule_name, r.scheduled_for
 
 -- name: run_settle
 -- Stale runs settled by their schedule's catch-up policy: run (start_by cleared, so claimable at

@@ -38,8 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     on_stop_signal(on_signal)
     try:
-        code = Ticker(settings, stop).run()
-        return logs.EXIT_OUTPUT_GONE if code == 0 and logs.output_gone() else code
+        return logs.exit_code(Ticker(settings, stop).run())
     except DatabaseUnavailable as e:
         print(f"fleet-ticker: {e}", file=sys.stderr)
         return 1

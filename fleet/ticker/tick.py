@@ -199,7 +199,7 @@ def _stale_runs(
     ]
     if not names:
         return {}
-    rows = conn.execute(q("run_stale_of"), {"names": names, "now": now}).fetchall()
+    rows = conn.execute(q("run_stale"), {"names": names, "now": now}).fetchall()
     return {
         name: [StaleRun(r["scheduled_for"], r["start_by"], r["run_after"]) for r in group]
         for name, group in groupby(rows, key=lambda r: r["schedule_name"])
@@ -211,8 +211,10 @@ def _fold_stale(row: dict[str, Any], plan: Plan, stale: list[StaleRun]) -> tuple
     is left to fleet.ticker.settle): when the runs the plan makes due leave the stale runs no room
     (`latest`: one of them; `all`: `max_catchup` of them), they are skipped in its favour in this
     tick, and its window names them with the slots the plan missed without a row."""
+    if not stale:
+        return plan.collapsed, []
     due = sum(1 for slot in plan.run if slot <= row["db_now"])
-    if not stale or stale_room(row["catchup"], len(stale), due, row["max_catchup"]):
+    if stale_room(row["catchup"], len(stale), due, row["max_catchup"]):
         return plan.collapsed, []
     decided = settle_stale(
         row["catchup"],

@@ -302,7 +302,8 @@ def unknown_field(key: str, known: set[str], where: str = "") -> str:
     return f"unknown field{where}" + (f" (did you mean {close[0]}?)" if close else "")
 
 
-_NAME_CHARS = "letters, digits and . _ : @ -"
+# What a schedule's (and an alert route's) name may hold.
+NAME_CHARS = "letters, digits and . _ : @ -"
 
 
 def text_field(
@@ -333,7 +334,7 @@ def parse_entry(
     # A field that is there but wrong is said to be wrong, not missing.
     name, job = entry.get("name"), entry.get("job")
     first = "the first a letter or a digit"
-    text_field(bad, "name", name, _NAME, _NAME_CHARS, f"at most 200 characters, {first}")
+    text_field(bad, "name", name, _NAME, NAME_CHARS, f"at most 200 characters, {first}")
     text_field(
         bad,
         "job",

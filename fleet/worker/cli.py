@@ -106,9 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ).start()
 
     on_stop_signal(on_signal)
-    code = worker.run()
-    if code == 0 and logs.output_gone():
-        code = logs.EXIT_OUTPUT_GONE
+    code = logs.exit_code(worker.run())
     if code in (EXIT_ABANDONED, EXIT_FORCED):
         # The abandoned handler's thread runs on, and what earlier handlers started may too: Python's
         # own exit would wait for ever for a non-daemon thread or a multiprocessing child. The worker
