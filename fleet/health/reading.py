@@ -65,13 +65,13 @@ def run_get(conn: psycopg.Connection[Any], name: str, slot: datetime) -> dict[st
     slot = aware(slot, "slot")
     row: dict[str, Any] | None = conn.execute(q("run_get"), {"name": name, "slot": slot}).fetchone()
     if row is None:
-        raise UnknownRun(name, slot, why_no_run(schedule_get(conn, name), slot))
+        raise UnknownRun(name, slot, why_no_run(conn, schedule_get(conn, name), slot))
     return row
 
 
-def why_no_run(schedule: dict[str, Any], slot: datetime) -> str:
-    """What to say about a slot without a run: that it is one of the schedule's slots, or the
-    schedule's slots nearest to it before and after."""
+def why_no_run(conn: psycopg.Connection[Any], schedule: dict[str, Any], slot: datetime) -> str:
+    """What to say about a slot without a run: that it is one of the schedule's slots and what
+    became of it, or the schedule's slots nearest to it before and after."""
     from fleet.timing.schedule import latest_slot_at_or_before, next_slot, timing_of
 
     try:
@@ -81,9 +81,49 @@ def why_no_run(schedule: dict[str, Any], slot: datetime) -> str:
     except Exception:  # noqa: BLE001 - a hint only: a timing that cannot be evaluated gives none
         return ""
     if before == slot:
-        return ": it is a slot of the schedule, whose run was not created (yet) or was pruned"
+        return f": it is a slot of the schedule, {_slot_fate(conn, schedule, slot)}"
     nearest = f"{_iso_or_none(before)} before and {_iso_or_none(after)} after"
     return f": not a slot of the schedule; its nearest slots are {nearest}"
+
+
+def _slot_fate(conn: psycopg.Connection[Any], schedule: dict[str, Any], slot: datetime) -> str:
+    """What became of a slot of `schedule` without a run, as `fleetctl verify` tells it over the
+    day from the slot on (fleet.health.verify: dropped by the catch-up policy, paused, before the
+    schedule started, older than the default retention), or why a later slot has no run yet; the
+    general words where the ledger names nothing, or cannot be read here (inside the caller's
+    transaction, which its snapshot must begin)."""
+    from psycopg.pq import TransactionStatus
+
+    from fleet.health.verify import DEFAULT_WINDOW, verify
+    from fleet.timing.schedule import saturating_add
+
+    unknown = "whose run was not created (yet) or was pruned"
+    if slot > schedule["db_now"]:
+        for held, text in (
+            (schedule["paused_at"] is not None, "paused"),
+            (schedule["broken_at"] is not None, "broken"),
+            (not schedule["enabled"], "disabled"),
+        ):
+            if held:
+                return f"not created yet: the schedule is {text}"
+        nxt: datetime | None = schedule["next_run_at"]
+        return f"not created yet: the ticker's next slot to plan is {_iso_or_none(nxt)}" if nxt else unknown
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        return unknown
+    try:
+        ledger = verify(conn, [schedule["name"]], slot, saturating_add(slot, DEFAULT_WINDOW)).schedules[0]
+    except RequestError:  # the schedule went away meanwhile
+        return unknown
+    if slot < ledger.start:
+        if schedule["start_at"] is not None and slot < schedule["start_at"]:
+            return f"missed: before the schedule's start_at ({_iso_or_none(schedule['start_at'])})"
+        return f"missed: before the schedule existed (created {_iso_or_none(schedule['created_at'])})"
+    fate = next((e for e in ledger.entries if e.first <= slot <= e.last), None)
+    if fate is None or fate.outcome == "unexplained":
+        return unknown
+    if fate.outcome == "unplanned":
+        return fate.reason
+    return f"{'past retention' if fate.outcome == 'pruned' else fate.outcome}: {fate.reason}"
 
 
 def _iso_or_none(t: datetime | None) -> str:

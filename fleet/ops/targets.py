@@ -92,6 +92,6 @@ def run_row(conn: psycopg.Connection[Any], name: str, slot: datetime) -> dict[st
     row: dict[str, Any] | None = conn.execute(q("run_get"), {"name": name, "slot": slot}).fetchone()
     if row is None:
         raise UsageError(
-            f"schedule {name!r} has no run at {iso(slot)}{why_no_run(schedule_row(conn, name), slot)}"
+            f"schedule {name!r} has no run at {iso(slot)}{why_no_run(conn, schedule_row(conn, name), slot)}"
         )
     return row

@@ -295,6 +295,11 @@ def test_fleetctl_and_the_client_give_the_same_answers(
         assert [r["slot"] for r in printed] == ["2026-03-01T10:00:00Z"]
 
     # the refusals are the client's errors, as one line and exit 2
+    created = scalar(
+        conn,
+        "SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+        " FROM fleet.schedules WHERE name = 'a'",
+    )
     for args, line in (
         (
             ("retry", "a", "2026-03-01T11:00:00Z"),
@@ -302,8 +307,8 @@ def test_fleetctl_and_the_client_give_the_same_answers(
         ),
         (
             ("show", "a", "2026-03-01T09:00:00Z"),
-            "schedule 'a' has no run at 2026-03-01T09:00:00Z: it is a slot of the schedule, whose run was "
-            "not created (yet) or was pruned",
+            "schedule 'a' has no run at 2026-03-01T09:00:00Z: it is a slot of the schedule, missed: before "
+            f"the schedule existed (created {created})",
         ),
         (("pause", "nope"), "no such schedule: 'nope'"),
     ):

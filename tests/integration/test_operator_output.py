@@ -219,7 +219,10 @@ def test_a_slot_off_the_grid_names_the_nearest_slots(
             ("trace", "c", "2026-03-07T12:00:00Z"),  # a Saturday
             "its nearest slots are 2026-03-06T09:00:00Z before and 2026-03-09T09:00:00Z after",
         ),
-        (("show", "q", "2026-01-01T10:15:00Z"), "it is a slot of the schedule, whose run was not created"),
+        (
+            ("show", "q", "2026-01-01T10:15:00Z"),
+            "it is a slot of the schedule, missed: before the schedule existed",
+        ),
         (("retry", "q", "2026-01-01T10:07:00Z"), "2026-01-01T10:00:00Z before"),
     ):
         code, out, err = fleetctl(capsys, db_url, *args)

@@ -519,3 +519,44 @@ def test_a_year_of_a_one_minute_schedule(capsys: Cap, db_url: str, conn: psycopg
         capsys, db_url, "verify", "--schedule", "year", "--since", iso(since), "--until", iso(until)
     )
     assert code == 1 and "525601 slot(s)" in out and f"  unexplained: {iso(recent)} (1 slot(s))" in out
+
+
+def test_show_says_what_became_of_a_slot_without_a_run(
+    capsys: Cap, db_url: str, conn: psycopg.Connection[Any], base: datetime
+) -> None:
+    ledger_case(conn, base)
+    at = minute_of(base)
+    minutely(conn, "old", created_at=base - timedelta(days=60), next_run_at=base + 61 * MINUTE)
+    minutely(
+        conn, "gaps", created_at=base - timedelta(days=1), next_run_at=base + 10 * MINUTE, missed_slots=1
+    )
+    runs(conn, "gaps", base, [0, 2, 4])  # 1 and 3 missing: two gaps, one slot counted missed
+    for schedule, slot, fate in (
+        ("ledger", at(12), "missed: dropped by catch-up latest (counted in missed_slots)"),
+        ("ledger", at(55), f"missed: paused since {at(50)} (database upgrade)"),
+        (
+            "ledger",
+            iso(base - timedelta(days=2)),
+            f"missed: before the schedule existed (created {iso(base - timedelta(days=1))})",
+        ),
+        ("ledger", iso(base + timedelta(days=1)), "not created yet: the schedule is paused"),
+        (
+            "old",
+            iso(base + timedelta(days=1)),
+            f"not created yet: the ticker's next slot to plan is {at(61)}",
+        ),
+        (
+            "old",
+            iso(base - timedelta(days=40)),
+            "past retention: older than the retention (30d): its run may have been removed",
+        ),
+        ("gaps", at(3), "whose run was not created (yet) or was pruned"),  # verify: UNEXPLAINED
+    ):
+        code, out, err = fleetctl(capsys, db_url, "show", schedule, slot)
+        assert (code, out, err) == (
+            2,
+            "",
+            f"fleetctl show: schedule {schedule!r} has no run at {slot}: it is a slot of the schedule, {fate}\n",
+        )
+    with fleet.Client(db_url) as client, pytest.raises(fleet.UnknownRun, match="missed: dropped by catch-up"):
+        client.show("ledger", base + 11 * MINUTE)
