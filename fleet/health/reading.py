@@ -107,7 +107,9 @@ def _slot_fate(conn: psycopg.Connection[Any], schedule: dict[str, Any], slot: da
             if held:
                 return f"not created yet: the schedule is {text}"
         nxt: datetime | None = schedule["next_run_at"]
-        return f"not created yet: the ticker's next slot to plan is {_iso_or_none(nxt)}" if nxt else unknown
+        if nxt is None or nxt > slot:  # planned already: its run went away
+            return unknown
+        return f"not created yet: the ticker's next slot to plan is {_iso_or_none(nxt)}"
     if conn.info.transaction_status != TransactionStatus.IDLE:
         return unknown
     try:
@@ -119,11 +121,19 @@ def _slot_fate(conn: psycopg.Connection[Any], schedule: dict[str, Any], slot: da
             return f"missed: before the schedule's start_at ({_iso_or_none(schedule['start_at'])})"
         return f"missed: before the schedule existed (created {_iso_or_none(schedule['created_at'])})"
     fate = next((e for e in ledger.entries if e.first <= slot <= e.last), None)
-    if fate is None or fate.outcome == "unexplained":
+    if fate is None:  # no range of its own: it ran once, unless the listing was cut
+        return _REMOVED + "ran once" if not ledger.entries_left_off else unknown
+    if fate.outcome == "unexplained":
         return unknown
     if fate.outcome == "unplanned":
         return fate.reason
-    return f"{'past retention' if fate.outcome == 'pruned' else fate.outcome}: {fate.reason}"
+    if fate.outcome in ("missed", "pruned"):
+        return f"{'past retention' if fate.outcome == 'pruned' else fate.outcome}: {fate.reason}"
+    # an outcome the ledger kept of a run since removed (retention, prune, a DELETE)
+    return _REMOVED + fate.reason
+
+
+_REMOVED: Final = "whose run was removed; the slot ledger keeps its outcome: "
 
 
 def _iso_or_none(t: datetime | None) -> str:

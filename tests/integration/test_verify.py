@@ -531,6 +531,7 @@ def test_show_says_what_became_of_a_slot_without_a_run(
         conn, "gaps", created_at=base - timedelta(days=1), next_run_at=base + 10 * MINUTE, missed_slots=1
     )
     runs(conn, "gaps", base, [0, 2, 4])  # 1 and 3 missing: two gaps, one slot counted missed
+    minutely(conn, "ahead", next_run_at=base + timedelta(days=2))  # planned a day ahead, then removed
     for schedule, slot, fate in (
         ("ledger", at(12), "missed: dropped by catch-up latest (counted in missed_slots)"),
         ("ledger", at(55), f"missed: paused since {at(50)} (database upgrade)"),
@@ -551,6 +552,7 @@ def test_show_says_what_became_of_a_slot_without_a_run(
             "past retention: older than the retention (30d): its run may have been removed",
         ),
         ("gaps", at(3), "whose run was not created (yet) or was pruned"),  # verify: UNEXPLAINED
+        ("ahead", iso(base + timedelta(days=1)), "whose run was not created (yet) or was pruned"),
     ):
         code, out, err = fleetctl(capsys, db_url, "show", schedule, slot)
         assert (code, out, err) == (
@@ -560,3 +562,22 @@ def test_show_says_what_became_of_a_slot_without_a_run(
         )
     with fleet.Client(db_url) as client, pytest.raises(fleet.UnknownRun, match="missed: dropped by catch-up"):
         client.show("ledger", base + 11 * MINUTE)
+
+    # runs removed (by retention, prune or a DELETE): the slot ledger kept what became of them
+    conn.execute(
+        "DELETE FROM fleet.job_runs WHERE schedule_name = 'ledger' AND scheduled_for <= %s",
+        (base + 7 * MINUTE,),
+    )
+    kept = "whose run was removed; the slot ledger keeps its outcome: "
+    for m, fate in (
+        (0, "ran once"),
+        (1, "done after 3 attempts"),
+        (3, "skipped by the catch-up policy"),
+        (6, "dead, then discarded by an operator"),
+        (7, "dead after 6 attempt(s)"),
+    ):
+        code, out, err = fleetctl(capsys, db_url, "show", "ledger", at(m))
+        assert (code, err) == (
+            2,
+            f"fleetctl show: schedule 'ledger' has no run at {at(m)}: it is a slot of the schedule, {kept}{fate}\n",
+        )
