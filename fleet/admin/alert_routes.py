@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -31,6 +30,7 @@ from fleet.timing.schedfile import (
     MAX_DURATION,
     NAME_CHARS,
     ScheduleSpec,
+    parse_toml,
     shown,
     text_field,
     unknown_field,
@@ -114,8 +114,8 @@ def load_routes(text: str) -> list[AlertRoute]:
     if not declares_alerts(text):
         return []
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        doc = parse_toml(text)
+    except ValueError as e:
         raise ScheduleFileError([f"file: not valid TOML: {e}"]) from None
     entries = doc.get("alert", [])
     if not isinstance(entries, list):

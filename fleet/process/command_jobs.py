@@ -27,7 +27,6 @@ import select
 import subprocess
 import threading
 import time
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ import orjson
 from fleet.errors import Cancelled, ConfigError, Permanent
 from fleet.jobs import JobContext, register, slot_iso
 from fleet.process.process_tree import END, END_NOW, ProcessTree, keeper_argv
+from fleet.timing.schedfile import parse_toml
 from fleet.timing.schedule import TimingError, parse_duration
 from fleet.timing.window import window_text
 
@@ -176,12 +176,21 @@ def kill_running() -> int:
 def load_command_jobs(path: str) -> list[CommandJob]:
     """Parse and register the command jobs of a file; ConfigError names the job and field."""
     try:
-        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        doc = parse_toml(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
         raise ConfigError(f"--jobs: cannot read {path}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"--jobs: {path} is not UTF-8 text (at byte offset {e.start})") from None
+    except ValueError as e:
         raise ConfigError(f"--jobs: {path} is not valid TOML: {e}") from None
-    jobs = [_one(entry, i) for i, entry in enumerate(doc.get("job", []), start=1)]
+    if unknown := sorted(set(doc) - {"job"}):
+        raise ConfigError(
+            f"--jobs: {path}: unknown top-level key(s) {', '.join(unknown)} (jobs are [[job]] tables)"
+        )
+    entries = doc.get("job", [])
+    if not isinstance(entries, list):
+        raise ConfigError(f"--jobs: {path}: job: must be an array of tables ([[job]])")
+    jobs = [_one(entry, i) for i, entry in enumerate(entries, start=1)]
     for j in jobs:
         register(j.name, j)
     return jobs

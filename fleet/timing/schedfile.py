@@ -144,6 +144,17 @@ def default_grace(interval: timedelta) -> timedelta:
     return min(MAX_GRACE, interval / 2)
 
 
+def parse_toml(text: str) -> dict[str, Any]:
+    """`text` parsed as TOML; ValueError saying what is wrong: tomllib's message, or that values
+    nest too deeply (which tomllib meets as Python's recursion limit)."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(str(e)) from None
+    except RecursionError:
+        raise ValueError("arrays or tables nested too deeply") from None
+
+
 def load(text: str, max_args_bytes: int = MAX_ARGS_BYTES) -> list[ScheduleSpec]:
     """Parse and validate a whole file; raises ScheduleFileError listing every problem."""
     try:
@@ -151,8 +162,8 @@ def load(text: str, max_args_bytes: int = MAX_ARGS_BYTES) -> list[ScheduleSpec]:
     except _NotSliceable:
         pass
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        doc = parse_toml(text)
+    except ValueError as e:
         raise ScheduleFileError([f"file: not valid TOML: {e}"]) from None
     return _validate(iter([doc]), max_args_bytes)
 
@@ -184,8 +195,8 @@ def _slices(text: str) -> Iterator[dict[str, Any]]:
 
 def _slice(text: str, first: bool) -> dict[str, Any]:
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+        doc = parse_toml(text)
+    except ValueError:
         raise _NotSliceable from None
     if not first and doc.keys() != {"schedule"}:
         raise _NotSliceable

@@ -90,6 +90,14 @@ BAD_CASES = {
         ["'x'", "declared twice"],
     ),
     "unparsable TOML": ('[[schedule]\nname = "x"', ["bad.toml: not valid TOML"]),
+    # deeper than tomllib can parse without reaching Python's recursion limit: one line, no traceback
+    "arrays nested too deeply": (
+        '[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\nargs = { x = '
+        + "[" * 5000
+        + "]" * 5000
+        + " }\n",
+        ["bad.toml: not valid TOML: arrays or tables nested too deeply"],
+    ),
     "unknown field": (
         '[[schedule]]\nname = "x"\nevery = "1m"\njob = "noop"\nretires = 3\n',
         ["'x'", "retires"],
