@@ -9,6 +9,7 @@ come in as a :class:`Facts`. `fleet.health.verify` reads them from the database;
 
 from __future__ import annotations
 
+import bisect
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -96,6 +97,9 @@ class Facts:
     created: int
     #: slots from this on are not planned because the schedule is paused / broken / disabled
     paused: int = FAR
+    #: the pauses that ended, as the audit recorded them: [start, end) and the text that says it,
+    #: in order and apart
+    pauses: tuple[tuple[int, int, str], ...] = ()
     broken: int = FAR
     disabled: int = FAR
     #: the ticker's next slot to plan: later slots are not created yet
@@ -283,6 +287,10 @@ class Ledger:
     _foreign_last: bool = True  # whether the schedule's last run seen was not at a slot (or none was)
     _gaps: list[_Range] = field(default_factory=list)  # candidates since that run
     _keys: dict[tuple[Any, ...], Key] = field(default_factory=dict)
+    _pause_starts: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._pause_starts = [start for start, _, _ in self.facts.pauses]
 
     def merge(self, slots: Iterable[array[int]], runs: Iterable[tuple[array[int], array[int]]]) -> None:
         """Walk the slots (ascending chunks) and the runs (ascending chunks of slot instants, with
@@ -427,6 +435,12 @@ class Ledger:
             self._gaps.clear()
         self._foreign_last = foreign
 
+    def _pause_at(self, slot: int) -> str | None:
+        """The text of the ended pause that held `slot`, if one did."""
+        pauses = self.facts.pauses
+        i = bisect.bisect_right(self._pause_starts, slot) - 1
+        return pauses[i][2] if i >= 0 and slot < pauses[i][1] else None
+
     def _missing(self, slot: int) -> None:
         """A slot without a run: why, where a fact says it (checked in this order)."""
         f = self.facts
@@ -434,6 +448,11 @@ class Ledger:
             reason = "before_created"
         elif slot >= f.paused:
             reason = "paused"
+        elif f.pauses and (pause := self._pause_at(slot)) is not None:
+            self.counts["missed"] += 1
+            self.missed["paused"] += 1
+            self._add(self._key("missed", "paused", pause), slot)
+            return
         elif slot >= f.broken:
             reason = "broken"
         elif slot >= f.disabled:
@@ -553,6 +572,8 @@ def _describe(parts: tuple[Any, ...], f: Facts) -> Key:
             )
         return ("unexplained", "", NO_RECORD)
     reason = parts[1]
+    if reason == "paused" and len(parts) > 2:  # an ended pause
+        return ("missed", reason, parts[2])
     text = {
         "paused": f.paused_text,
         "broken": f.broken_text,

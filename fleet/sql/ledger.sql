@@ -22,6 +22,19 @@ FROM fleet.schedules s
 WHERE (%(every)s AND s.enabled) OR s.name = ANY(%(names)s::text[])
 ORDER BY s.name
 
+-- name: pause_log
+-- A schedule's pauses and resumes as the audit recorded them (fleet.admin.repair), in order: the
+-- last one before `since` (a pause begun earlier), and every one since. A pause row's outcome is
+-- `paused` (it began a pause) or `note` (a note given to a pause already on).
+SELECT a.at, a.action, a.details->>'outcome' AS outcome, a.note
+FROM fleet.schedule_audit a
+WHERE a.schedule = %(name)s AND a.action IN ('pause', 'resume')
+  AND a.at >= coalesce((SELECT b.at FROM fleet.schedule_audit b
+                        WHERE b.schedule = %(name)s AND b.action IN ('pause', 'resume')
+                          AND b.at < %(since)s
+                        ORDER BY b.at DESC, b.id DESC LIMIT 1), %(since)s)
+ORDER BY a.at, a.id
+
 -- name: run_ledger
 -- A schedule's runs in [from, until], in slot order, packed: one row per span of `step_us`
 -- microseconds from `from`, holding its runs as 16-byte records (the slot as timestamptz_send

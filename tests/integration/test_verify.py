@@ -581,3 +581,74 @@ def test_show_says_what_became_of_a_slot_without_a_run(
             2,
             f"fleetctl show: schedule 'ledger' has no run at {at(m)}: it is a slot of the schedule, {kept}{fate}\n",
         )
+
+
+def test_a_pause_that_ended_accounts_for_its_slots_as_the_audit_recorded_it(
+    capsys: Cap, db_url: str, conn: psycopg.Connection[Any], base: datetime
+) -> None:
+    minutely(conn, "pp", created_at=base - timedelta(days=1), next_run_at=base + 60 * MINUTE)
+    gaps = {0, 1, 2, *range(10, 15), 30, 31, 45}
+    runs(conn, "pp", base, [m for m in range(60) if m not in gaps])
+    half = timedelta(seconds=30)
+    for at, action, outcome, note in (
+        (base - 10 * MINUTE, "pause", "paused", None),  # begun before the window
+        (base + 2 * MINUTE + half, "resume", None, None),
+        (base + 9 * MINUTE + half, "pause", "paused", "db upgrade"),
+        (base + 14 * MINUTE + half, "resume", None, None),
+        (base + 29 * MINUTE + half, "pause", "paused", None),
+        (base + 30 * MINUTE + half, "pause", "note", "disk full"),  # a note given to the pause on
+        (base + 31 * MINUTE + half, "resume", None, None),
+        (base + 40 * MINUTE, "resume", None, None),  # a resume of nothing: changes nothing
+    ):
+        conn.execute(
+            "INSERT INTO fleet.schedule_audit (at, action, schedule, details, note)"
+            " VALUES (%s, %s, 'pp', %s, %s)",
+            (at, action, psycopg.types.json.Jsonb({"outcome": outcome} if outcome else {}), note),
+        )
+    at = minute_of(base)
+
+    def paused(start: datetime, end: datetime, note: str = "") -> str:
+        return f"paused from {iso(start)} to {iso(end)}" + (f" ({note})" if note else "")
+
+    window = ("--since", iso(base), "--until", iso(base + 59 * MINUTE))
+    code, doc = fleetctl_json(capsys, db_url, "verify", "--schedule", "pp", *window)
+    (s,) = doc["schedules"]
+    assert code == 1 and s["missed"] == {**ZERO_MISSED, "paused": 10}
+    assert [(e["outcome"], e["from"], e["to"], e["reason"]) for e in s["entries"]] == [
+        ("missed", at(0), at(2), paused(base - 10 * MINUTE, base + 2 * MINUTE + half)),
+        ("missed", at(10), at(14), paused(base + 9 * MINUTE + half, base + 14 * MINUTE + half, "db upgrade")),
+        ("missed", at(30), at(31), paused(base + 29 * MINUTE + half, base + 31 * MINUTE + half, "disk full")),
+        ("unexplained", at(45), at(45), "no run and no record"),
+    ]
+    code, out, err = fleetctl(capsys, db_url, "show", "pp", at(12))
+    assert err.endswith(
+        f"it is a slot of the schedule, missed: {paused(base + 9 * MINUTE + half, base + 14 * MINUTE + half, 'db upgrade')}\n"
+    ), err
+
+
+def test_pausing_and_resuming_leave_the_ledger_accounted_for(
+    capsys: Cap, db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    """Through the commands: the slots a pause kept from being created are missed (paused), before
+    and after the resume."""
+    now: datetime = scalar(conn, "SELECT now()")
+    minutely(conn, "live", created_at=now - timedelta(hours=1))
+    conn.execute(
+        "UPDATE fleet.schedules SET every = interval '1 second', next_run_at = %s WHERE name = 'live'", (now,)
+    )
+    assert fleetctl(capsys, db_url, "pause", "live", "--note", "upgrade")[0] == 0
+    time.sleep(2.5)  # slots come due while paused: none is created
+    paused_at: datetime = scalar(conn, "SELECT paused_at FROM fleet.schedules WHERE name = 'live'")
+    window = ("--since", iso(paused_at), "--schedule", "live")
+    code, doc = fleetctl_json(capsys, db_url, "verify", *window)
+    paused_before = doc["schedules"][0]["missed"]["paused"]
+    assert code == 0 and paused_before >= 2
+    assert fleetctl(capsys, db_url, "resume", "live")[0] == 0
+    code, doc = fleetctl_json(capsys, db_url, "verify", *window)
+    (s,) = doc["schedules"]
+    assert (code, s["missed"]["paused"], s["counts"]["unexplained"]) == (0, paused_before, 0), s
+    assert all(
+        e["reason"].startswith("paused from ") and e["reason"].endswith(" (upgrade)")
+        for e in s["entries"]
+        if e["outcome"] == "missed"
+    )
