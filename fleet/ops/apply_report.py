@@ -115,5 +115,22 @@ def warn_unserved(conn: psycopg.Connection[Any], specs: Sequence[ScheduleSpec]) 
         _warn(f"{_more(len(unserved) - SCREENFUL)} schedule(s) whose job is registered on no live worker")
 
 
+def warn_catchup_overlap(r: ApplyResult, specs: Sequence[ScheduleSpec]) -> None:
+    """A warning (stderr) for each schedule this apply created or changed (or would) that catches up
+    every missed slot (`catchup = "all"`) but skips overlapping runs (`overlap = "skip"`): the
+    missed slots of an outage come due together, and each that finds an earlier one in progress
+    is recorded skipped, so not all of them run."""
+    touched = {c.name for c in r.changes if c.outcome != "disable"}
+    both = [s for s in specs if s.name in touched and s.catchup == "all" and s.overlap == "skip"]
+    for s in both[:SCREENFUL]:
+        _warn(
+            f'schedule {s.name!r}: catchup = "all" with overlap = "skip": after an outage its missed '
+            'slots come due together and skip one another, so not all of them run; overlap = "queue" '
+            "runs each in turn"
+        )
+    if len(both) > SCREENFUL:
+        _warn(f'{_more(len(both) - SCREENFUL)} schedule(s) with catchup = "all" and overlap = "skip"')
+
+
 def _warn(text: str) -> None:
     print(f"fleetctl apply: warning: {text}", file=sys.stderr)

@@ -50,7 +50,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from fleet.admin.apply import apply_specs
     from fleet.admin.audit import check_by, check_note
     from fleet.declare import declared
-    from fleet.ops.apply_report import print_plan, print_result, print_routes, warn_unserved
+    from fleet.ops.apply_report import (
+        print_plan,
+        print_result,
+        print_routes,
+        warn_catchup_overlap,
+        warn_unserved,
+    )
 
     if not args.files and not args.app:
         raise UsageError("give a schedules FILE or --app MODULE (or both)")
@@ -80,6 +86,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         (print_plan if args.plan else print_result)(r, len(specs), " and ".join(sources))
         if routed is not None and (routes or routed.removed):
             print_routes(routed, args.plan)
+        warn_catchup_overlap(r, specs)
         warn_unserved(conn, specs)
     return 0
 

@@ -209,3 +209,25 @@ def test_an_interrupt_between_pipelined_writes_cancels_the_one_waiting_for_a_loc
         rescue.cancel()
     assert took < 5, f"the interrupted apply waited {took:.1f} s for the locked row"
     assert scalar(conn, "SELECT count(*) FROM fleet.schedules WHERE every = '1 hour'") == 2
+
+
+def test_catching_up_every_slot_while_skipping_overlaps_is_warned_of_when_applied(
+    db_url: str, tmp_path: Path
+) -> None:
+    f = tmp_path / "s.toml"
+    f.write_text(
+        '[[schedule]]\nname = "both"\nevery = "1m"\njob = "noop"\ncatchup = "all"\n'  # overlap skip: the default
+        '[[schedule]]\nname = "queued"\nevery = "1m"\njob = "noop"\ncatchup = "all"\noverlap = "queue"\n'
+        '[[schedule]]\nname = "latest"\nevery = "1m"\njob = "noop"\n'
+    )
+    warning = (
+        'fleetctl apply: warning: schedule \'both\': catchup = "all" with overlap = "skip": after an outage its '
+        'missed slots come due together and skip one another, so not all of them run; overlap = "queue" runs '
+        "each in turn"
+    )
+    for args in (("--plan",), ()):  # planned, then applied: said both times
+        done = fleetctl(db_url, "apply", str(f), *args)
+        assert done.returncode == 0 and warning in done.stderr.splitlines(), done.stderr
+        assert "'queued'" not in done.stderr and "'latest'" not in done.stderr
+    done = fleetctl(db_url, "apply", str(f))  # unchanged: said once, when it was applied
+    assert done.returncode == 0 and "catchup" not in done.stderr, done.stderr
