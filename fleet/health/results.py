@@ -126,6 +126,7 @@ class ScheduleHealth:
             tuple(v for v in self.problems if v in FLEET_VERDICTS),
             self.retrying_runs,
             self.overdue_slot is not None,
+            "ENDED" in self.problems,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -12,7 +12,9 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 
+import fleet
 from fleet.health.reading import schedule_health
+from fleet.health.verdicts import verdict
 from fleet.ticker.tick import run_once
 from tests.integration.ops_support import fleetctl, fleetctl_json
 from tests.support import apply_text, live_ticker, scalar
@@ -101,6 +103,9 @@ def test_until_ends_the_schedule_status_says_ended_and_verify_cuts_the_window(
     code, doc = fleetctl_json(capsys, db_url, "status")
     assert code == 0
     assert doc[0]["verdict"] == "ENDED" and doc[0]["healthy"] and doc[0]["next_run_at"] is None
+    with fleet.Client(db_url) as client:
+        (health,) = client.status(["ending"])
+    assert health.numbers.ended and verdict(health.numbers) == "ENDED"  # the numbers give the verdict back
     window = ("--since", iso(start), "--until", iso(end))
     code, out, _ = fleetctl(capsys, db_url, "verify", "--schedule", "ending", *window)
     assert code == 0
