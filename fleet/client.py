@@ -142,10 +142,10 @@ class Client:
             return apply_specs(conn, list(specs), prune=prune, by=who, note=note)
 
     def pause(self, schedule: str, note: str | None = None, *, by: str | None = None) -> bool:
-        """Stop creating slots for `schedule`; False when it was paused already. Runs already due
-        or running still run; those created ahead of their time and not due yet are removed, and
-        the slots that come due while it is paused are never created. `note` (at most 500
-        characters) says why; `status` shows it."""
+        """Stop creating slots for `schedule`; False when it was paused already. The slots that
+        come due while it is paused are never created, and those created ahead of their time and
+        not due yet are removed. A run waiting to retry is held until the resume; runs already due
+        or running still run. `note` (at most 500 characters) says why; `status` shows it."""
         with self._session() as conn:
             return repair.schedule_pause(conn, schedule, note=note, by=self._who(by))
 

@@ -169,10 +169,11 @@ def schedule_pause(
 ) -> bool:
     """Stop creating slots for the schedule; False when it was paused already.
 
-    Runs already due or running still run; runs created ahead of their time and not due yet are
-    removed, and the slots that come due while paused are never created: no run of the schedule
-    starts while it is paused. The note (why) replaces an earlier one; pausing anew without a note
-    keeps it.
+    The slots that come due while paused are never created, and runs created ahead of their time
+    and not due yet are removed. A run waiting to retry after a failed attempt is held: its next
+    attempt waits for the resume. A run already due (or triggered) still starts once, an attempt
+    in progress goes on, and one whose worker died is taken over as usual. The note (why)
+    replaces an earlier one; pausing anew without a note keeps it.
     """
     note, by = check_note(note), check_by(by)
     schedule_get(conn, schedule)
@@ -200,7 +201,8 @@ def schedule_resume(
     """Create slots again from now on; returns the next slot, or None when it was not paused.
 
     The next slot is planned from the database's now(), so the paused stretch is not caught up
-    however long it was. The pause's note is replaced by `note` (cleared without one).
+    however long it was; the retries the pause held are due at once. The pause's note is replaced
+    by `note` (cleared without one).
     """
     note, by = check_note(note), check_by(by)
     with conn.transaction():
@@ -220,4 +222,5 @@ def schedule_resume(
         conn.execute(q("schedule_note"), {"name": schedule, "note": note})
         audit_record(conn, "resume", [schedule], [{"next_slot": _iso(nxt)}], by=by, note=note)
         conn.execute(q("schedule_notify"))  # tickers re-read their next wake-up at once
+        _wake_workers(conn)  # and workers claim the retries the pause held
     return None if nxt is None else aware(nxt, "next slot")

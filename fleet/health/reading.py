@@ -146,8 +146,9 @@ def _iso_or_none(t: datetime | None) -> str:
 Cadences = dict[tuple[Any, ...], float | None]
 
 # The open runs' part of a schedule without open runs: running, due, waiting, oldest due, ahead,
-# unserved, retrying, the earliest slot retrying and its next try.
-_NO_OPEN_RUNS: Final = (0, 0, 0, None, None, 0, 0, None, None)
+# unserved, retrying, the earliest slot retrying and its next try; the due runs waiting to retry,
+# those of them unserved, the earliest slot of them, and the oldest due without them.
+_NO_OPEN_RUNS: Final = (0, 0, 0, None, None, 0, 0, None, None, 0, 0, None, None)
 # Schedules per chunk of a read: the database sends the next ones while the last are turned into health.
 HEALTH_CHUNK: Final = 2000
 # The fields of a schedule's health, in the order of fleet.health.results.ScheduleHealth's (a test checks
@@ -322,12 +323,33 @@ def _health_read(
                 calendar,
                 calendar_zone,
             ) in cur.stream(q("schedule_health"), params, size=size):
-                (running, due, waiting, oldest_due_s, ahead, unserved, retrying, retry_slot, retry_at) = (
-                    open_runs.get(name, no_open)
-                )
+                (
+                    running,
+                    due,
+                    waiting,
+                    oldest_due_s,
+                    ahead,
+                    unserved,
+                    retrying,
+                    retry_slot,
+                    retry_at,
+                    due_retries,
+                    due_retries_unserved,
+                    due_retry_slot,
+                    oldest_first_due_s,
+                ) = open_runs.get(name, no_open)
                 if interval_s is None and cron is not None:
                     interval_s = _cadence((cron, timezone, start_at, dst_repeated, dst_missing), at, known)
                 paused = paused_at is not None
+                if paused:
+                    # a pause holds the runs waiting to retry (the claim leaves them): not due, and
+                    # not retried at a time of their own until the resume
+                    retry_at = None
+                    if due_retries:
+                        due, oldest_due_s = due - due_retries, oldest_first_due_s
+                        unserved -= due_retries_unserved
+                        retrying += due_retries
+                        retry_slot = due_retry_slot if retry_slot is None else min(retry_slot, due_retry_slot)
                 ended = False
                 if calendar is not None:
                     ended, quiet_s = _calendar_health(calendar, calendar_zone, at, quiet_s)

@@ -264,10 +264,12 @@ def verdict_text(v: Verdict, job: str, job_served: bool) -> str:
     return f"{v} (job {job})" if v == "NO-WORKER" and not job_served else v
 
 
-def retrying_text(slot: str, retry_at: str | None, overlap: str) -> str:
+def retrying_text(slot: str, retry_at: str | None, overlap: str, paused: bool = False) -> str:
     """Why a RETRYING schedule is quiet, given the slot waiting to retry and its next try (ISO-8601):
     ``2026-11-02T10:00:00Z waits to retry at 2026-11-02T10:00:41Z; later slots are skipped until it
-    ends (overlap skip)``."""
+    ends (overlap skip)``. A paused schedule's retry waits for the resume."""
+    if paused:
+        return f"{slot} waits to retry until the schedule is resumed"
     text = f"{slot} waits to retry" + (f" at {retry_at}" if retry_at else "")
     if overlap == "skip":
         return f"{text}; later slots are skipped until it ends (overlap skip)"

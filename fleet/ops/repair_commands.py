@@ -401,10 +401,12 @@ def add_commands(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
     p = sub.add_parser(
         "pause",
-        help="stop creating slots for a schedule (runs already due or running still run)",
-        description="Pausing stops the ticker creating the schedule's slots. Runs already due or running "
-        "still run; runs created ahead of their time and not due yet are removed, so no run of the schedule "
-        "starts while it is paused.",
+        help="stop creating slots for a schedule and hold its retries (runs already due or running "
+        "still run)",
+        description="Pausing stops the ticker creating the schedule's slots, and removes the runs "
+        "created ahead of their time and not due yet. A run waiting to retry after a failed attempt is "
+        "held: its next attempt waits for the resume. A run already due (or triggered) still starts "
+        "once, an attempt in progress goes on, and one whose worker died is taken over as usual.",
     )
     p.add_argument("schedule", metavar="SCHEDULE")
     p.add_argument(

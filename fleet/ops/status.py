@@ -169,7 +169,7 @@ def retrying_note(h: ScheduleHealth) -> str | None:
     """Which run waits to retry, when, and what it does to later slots (RETRYING), else None."""
     if "RETRYING" not in h.problems or h.retry_slot is None:
         return None
-    return retrying_text(str(iso(h.retry_slot)), moment(iso(h.retry_at)), h.overlap)
+    return retrying_text(str(iso(h.retry_slot)), moment(iso(h.retry_at)), h.overlap, h.paused)
 
 
 def overdue_note(h: ScheduleHealth) -> str | None:

@@ -151,7 +151,9 @@ LEFT JOIN LATERAL (
 -- Per schedule with open runs (through job_runs_open), the open runs' part of its health. Only
 -- due pending runs count as pending, backlog or unserved; runs created ahead of their time are
 -- waiting, and the earliest slot of those the ticker created is the schedule's next slot. A run
--- pending after a failed attempt, not due yet, waits to retry (RETRYING).
+-- pending after a failed attempt, not due yet, waits to retry (RETRYING). The due runs that wait to
+-- retry are also counted apart (count, those unserved, earliest slot, and the oldest due without
+-- them): while their schedule is paused, they are held, not due (fleet.health.reading).
 WITH t AS (SELECT %(now)s::timestamptz AS now)
 SELECT r.schedule_name,
        count(*) FILTER (WHERE r.status = 'running')::int AS running,
@@ -169,7 +171,15 @@ SELECT r.schedule_name,
        min(r.scheduled_for) FILTER (WHERE r.status = 'pending' AND r.failures > 0 AND r.run_after > t.now)
            AS retry_slot,
        min(r.run_after) FILTER (WHERE r.status = 'pending' AND r.failures > 0 AND r.run_after > t.now)
-           AS retry_at
+           AS retry_at,
+       count(*) FILTER (WHERE r.status = 'pending' AND r.failures > 0 AND r.run_after <= t.now)::int AS due_retries,
+       count(*) FILTER (WHERE r.status = 'pending' AND r.failures > 0 AND r.run_after <= t.now
+                          AND NOT (r.job = ANY(%(served)s::text[])))::int AS due_retries_unserved,
+       min(r.scheduled_for) FILTER (WHERE r.status = 'pending' AND r.failures > 0 AND r.run_after <= t.now)
+           AS due_retry_slot,
+       round(date_part('epoch', t.now - min(r.run_after) FILTER (WHERE r.status = 'pending' AND r.failures = 0
+                                                                 AND r.run_after <= t.now))
+             * 1000) / 1000 AS oldest_first_due_s
 FROM fleet.job_runs r, t
 WHERE r.status IN ('pending', 'running')
   AND (%(every)s OR r.schedule_name = ANY(%(names)s::text[]))

@@ -107,3 +107,36 @@ def dashboard_pages(db_url: str) -> tuple[str, str, str]:
     finally:
         app.close()
         pool.close()
+
+
+def test_a_pause_holds_a_run_waiting_to_retry_until_the_resume(
+    capsys: Cap, db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    apply_text(
+        conn, '[[schedule]]\nname = "s"\nevery = "1h"\njob = "noop"\nstart_at = "2099-01-01T00:00:00Z"\n'
+    )
+    live_ticker(conn)
+    first = add_due_run(conn, 10)
+    (a,), _ = run_claim(conn, worker_id="w1", jobs=("noop",), limit=10, lease_s=10.0)
+    # the attempt fails; its retry comes due at once (a back-off of 0)
+    run_finish(conn, [(a, decide(a, "failed", "RuntimeError: boom", rand=lambda: 0.0))], worker_id="w1")
+    assert fleetctl(capsys, db_url, "pause", "s", "--note", "downstream broken")[0] == 0
+    conn.execute("UPDATE fleet.job_runs SET run_after = now() - interval '1 hour' WHERE schedule_name = 's'")
+    assert run_claim(conn, worker_id="w1", jobs=("noop",), limit=10, lease_s=10.0) == ([], [])  # held
+
+    # held, not due: no BACKLOG though it has waited an hour (an interval), and no time of its own
+    code, (h,) = fleetctl_json(capsys, db_url, "status")
+    assert (code, h["verdict"], h["problems"]) == (0, "RETRYING", ["RETRYING", "PAUSED"]), h
+    assert (h["retrying_runs"], h["retry_slot"], h["retry_at"], h["oldest_pending_age_s"]) == (
+        1,
+        iso(first),
+        None,
+        None,
+    )
+    code, out, _ = fleetctl(capsys, db_url, "status")
+    (row,) = [line for line in out.splitlines() if line.startswith("s ")]
+    assert f"{iso(first)} waits to retry until the schedule is resumed · downstream broken" in row, row
+
+    assert fleetctl(capsys, db_url, "resume", "s")[0] == 0
+    (b,), _ = run_claim(conn, worker_id="w1", jobs=("noop",), limit=10, lease_s=10.0)
+    assert (b.slot, b.attempt) == (first, 2)  # the next attempt, once resumed
