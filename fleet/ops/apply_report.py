@@ -60,7 +60,8 @@ def print_result(r: ApplyResult, total: int, sources: str) -> None:
 
 def print_routes(r: RoutesResult, plan: bool) -> None:
     """The alert routes' line: `alert routes: created ops-mail; created 1, updated 0, unchanged 0,
-    removed 0` (in a plan: `would create ...`)."""
+    removed 0` (in a plan: `would create ...`, the counts of what it would do, and that nothing was
+    written)."""
     parts = [
         f"{'would ' + verb if plan else verb + 'd'} {', '.join(names)}"
         for verb, names in (("create", r.created), ("update", r.updated), ("remove", r.removed))
@@ -70,6 +71,8 @@ def print_routes(r: RoutesResult, plan: bool) -> None:
         f"created {len(r.created)}, updated {len(r.updated)}, unchanged {len(r.unchanged)}, "
         f"removed {len(r.removed)}"
     )
+    if plan:
+        tally = f"plan: {tally}; nothing was written"
     print(f"alert routes: {'; '.join([*parts, tally])}")
 
 

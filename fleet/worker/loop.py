@@ -24,6 +24,7 @@ from fleet.store.migrate import check_schema
 from fleet.store.pool import Pool, make_pool, unavailable
 from fleet.store.queries import q
 from fleet.store.registry import process_register, process_remove
+from fleet.timing.schedule import format_duration
 from fleet.worker import spans
 from fleet.worker.attempt import LEASE_RAN_OUT, Attempt, Outcome, Verdict, error_text, execute, serve_here
 from fleet.worker.claim import OVERLAP_SKIPPED, Skipped, claim_result, send_claim
@@ -417,7 +418,7 @@ class Worker:
                 deadline is not None
                 and now >= deadline
                 and not a.returned
-                and self._record(a, decide(a, "timeout", f"timed out after {a.timeout}"))
+                and self._record(a, decide(a, "timeout", f"timed out after {format_duration(a.timeout)}"))
             ):
                 self.cancelling[a.ident] = (a, now)
                 a.cancel.set()

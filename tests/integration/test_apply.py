@@ -231,3 +231,17 @@ def test_catching_up_every_slot_while_skipping_overlaps_is_warned_of_when_applie
         assert "'queued'" not in done.stderr and "'latest'" not in done.stderr
     done = fleetctl(db_url, "apply", str(f))  # unchanged: said once, when it was applied
     assert done.returncode == 0 and "catchup" not in done.stderr, done.stderr
+
+
+def test_a_plan_says_what_it_would_do_to_the_alert_routes_and_writes_none(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    f = tmp_path / "s.toml"
+    f.write_text(GOOD + '[[alert]]\nname = "hook"\nkind = "webhook"\nurl_env = "FLEET_TEST_HOOK_URL"\n')
+    done = fleetctl(db_url, "apply", str(f), "--plan")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "alert routes: would create hook; plan: created 1, updated 0, unchanged 0, removed 0; nothing was written"
+        in done.stdout.splitlines()
+    ), done.stdout
+    assert scalar(conn, "SELECT count(*) FROM fleet.alert_routes") == 0
