@@ -283,7 +283,10 @@ def cmd_trigger(args: argparse.Namespace) -> int:
     if created:
         print(f"triggered {args.schedule} @ {iso(slot)}")
     else:
-        print(f"{args.schedule} @ {iso(slot)} exists already: not triggered again")
+        unused = "; the --args given were not used (trigger in the next second for a run with them)"
+        print(
+            f"{args.schedule} @ {iso(slot)} exists already: not triggered again{unused if job_args else ''}"
+        )
     return 0
 
 

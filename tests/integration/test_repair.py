@@ -150,9 +150,11 @@ def test_trigger_twice_in_the_same_second_creates_one_run(
     while time.time() % 1 > 0.5:
         time.sleep(0.05)
     first = fleetctl(capsys, db_url, "trigger", "s")
-    second = fleetctl(capsys, db_url, "trigger", "s")
+    second = fleetctl(capsys, db_url, "trigger", "s", "--args", '{"full": true}')
     assert first[0] == 0 and "triggered s @" in first[1]
-    assert second[0] == 0 and "exists already" in second[1]
+    assert (
+        second[0] == 0 and "exists already: not triggered again; the --args given were not used" in second[1]
+    )
     assert scalar(conn, "SELECT count(*) FROM fleet.job_runs WHERE origin = 'trigger'") == 2
     assert "'nope'" in refused(capsys, db_url, conn, "trigger", "nope")
 
