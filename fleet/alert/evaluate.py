@@ -11,6 +11,15 @@ the notices to send and the state to keep. Per route, subject and verdict:
 
 The fleet's own verdicts (NO-TICKER, TICKER-CRASHING) hold for every schedule that expects slots;
 a route tells of them once, as the fleet's, when they hold for at least one schedule it covers.
+What they make of each schedule (`CONSEQUENCES`: no slot, so LATE and OVERDUE) is theirs, not the
+schedule's, and is held back per route, subject and verdict (a row with no notice):
+
+    a consequence starts while a fleet verdict holds    held, untold; each read under it noted
+    a problem told before a fleet verdict holds         kept open, not repeated meanwhile
+    the fleet verdict ends, the consequence still holds told once it outlasts `settle_s`
+    a held consequence ends                             closed without a word
+
+A route that tells a consequence but not the fleet verdict hears of the fleet verdict in its place.
 """
 
 from __future__ import annotations
@@ -22,10 +31,14 @@ from typing import Any, Final, Literal
 
 from fleet.admin.alert_routes import AlertRoute
 from fleet.health.results import ScheduleHealth
-from fleet.health.verdicts import FLEET_VERDICTS, FleetHealth, retrying_text
+from fleet.health.verdicts import FLEET_VERDICTS, LATE_AFTER_INTERVALS, FleetHealth, retrying_text
 
 # The subject of the fleet's own verdicts (a schedule's name is never empty).
 FLEET: Final = ""
+# What a fleet verdict makes of every schedule it holds for: no slot is created, so none succeeds
+# (LATE) and none is done by its deadline (OVERDUE). Telling them per schedule would turn one missing
+# ticker into a notice for every schedule.
+CONSEQUENCES: Final[tuple[str, ...]] = ("OVERDUE", "LATE")
 Event = Literal["alert", "repeat", "recovery"]
 Key = tuple[str, str, str]  # route, subject, verdict
 
@@ -47,11 +60,16 @@ class Subject:
     verdict: str  # the schedule's verdict now (for the fleet: its first problem, else OK)
     # for the fleet: the schedules each of its verdicts holds for (those that expect slots)
     holds_for: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # for a schedule: the fleet verdicts that hold for it (its CONSEQUENCES are theirs meanwhile),
+    # and how long each consequence may outlast them and still be theirs (see `settle_s`)
+    caused_by: tuple[str, ...] = ()
+    settle: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class OpenProblem:
-    """A row of `fleet.alert_state`: a problem a route has told of and not seen end."""
+    """A row of `fleet.alert_state`: a problem a route has told of and not seen end, or, `held`, a
+    consequence of a fleet verdict kept untold (its `last_sent_at` is the last read under it)."""
 
     route: str
     subject: str
@@ -59,6 +77,10 @@ class OpenProblem:
     opened_at: datetime
     last_sent_at: datetime
     notices: int = 1
+
+    @property
+    def held(self) -> bool:
+        return self.notices == 0
 
 
 @dataclass(frozen=True)
@@ -79,6 +101,7 @@ class Plan:
     repeated: list[Key] = field(default_factory=list)
     closed: list[Key] = field(default_factory=list)  # the problem ended (a recovery may be among notices)
     dropped: list[Key] = field(default_factory=list)  # no longer the route's to tell
+    held: list[Key] = field(default_factory=list)  # a consequence of a fleet verdict, read under it
 
 
 def span(seconds: float | None) -> str:
@@ -119,7 +142,7 @@ def detail(h: ScheduleHealth, verdict: str) -> str:
         every = f" (every {span(h.interval_s)})" if h.interval_s else ""
         return f"no success for {span(h.quiet_s)}{every}"
     if verdict == "RETRYING":
-        return retrying_text(iso(h.retry_slot) or "a run", iso(h.retry_at), h.overlap)
+        return retrying_text(iso(h.retry_slot) or "a run", iso(h.retry_at), h.overlap, h.paused)
     if verdict == "PAUSED":
         return "paused by an operator" + (f": {h.pause_note}" if h.pause_note else "")
     if verdict == "DISABLED":
@@ -153,7 +176,9 @@ def conditions(fleet: FleetHealth, healths: Iterable[ScheduleHealth]) -> dict[st
                 fleet_for.setdefault(v, []).append(h.name)
             else:
                 mine[v] = Problem(v, detail(h, v))
-        found[h.name] = Subject(h.name, mine, h.verdict)
+        caused_by = tuple(v for v in h.problems if v in FLEET_VERDICTS)
+        settle = {v: settle_s(h, v) for v in CONSEQUENCES if v in mine}
+        found[h.name] = Subject(h.name, mine, h.verdict, caused_by=caused_by, settle=settle)
     problems: dict[str, Problem] = {
         v: Problem(v, fleet_detail(fleet, v)) for v in FLEET_VERDICTS if v in fleet_for
     }
@@ -163,10 +188,31 @@ def conditions(fleet: FleetHealth, healths: Iterable[ScheduleHealth]) -> dict[st
     return found
 
 
+def settle_s(h: ScheduleHealth, verdict: str) -> float:
+    """How long after the fleet verdicts end a consequence of theirs may still hold and be theirs:
+    LATE two intervals (as after a resume, a schedule is not late before it could have succeeded),
+    OVERDUE one interval and the deadline (until the first slot after them is past its deadline)."""
+    interval = h.interval_s or 0.0
+    if verdict == "OVERDUE":
+        return interval + (h.deadline_s or 0.0)
+    return LATE_AFTER_INTERVALS * interval
+
+
+def _tells_fleet(route: AlertRoute, verdict: str) -> bool:
+    """Whether the route may tell of a fleet verdict: it tells that verdict, or a consequence of it."""
+    return route.tells(verdict) or any(route.tells(c) for c in CONSEQUENCES)
+
+
 def _fleet_holds(subjects: Mapping[str, Subject], route: AlertRoute, verdict: str) -> list[str]:
     """The schedules the route covers for which the fleet verdict holds."""
     fleet = subjects.get(FLEET)
     return [n for n in fleet.holds_for.get(verdict, ()) if route.covers(n)] if fleet else []
+
+
+def _stands_in(subjects: Mapping[str, Subject], route: AlertRoute, names: Sequence[str]) -> bool:
+    """Whether a consequence the route tells holds for one of the schedules."""
+    told = [c for c in CONSEQUENCES if route.tells(c)]
+    return any(c in subjects[n].problems for n in names for c in told)
 
 
 def plan(
@@ -189,10 +235,23 @@ def plan(
                 if route.tells(v):
                     holding[(route.name, name, v)] = problem
         for v in FLEET_VERDICTS:
-            if route.tells(v) and _fleet_holds(subjects, route, v):
-                holding[(route.name, FLEET, v)] = subjects[FLEET].problems[v]
+            names, fleet_key = _fleet_holds(subjects, route, v), (route.name, FLEET, v)
+            # a route that does not tell it hears of it in place of the consequences it tells
+            if names and (route.tells(v) or fleet_key in by_key or _stands_in(subjects, route, names)):
+                holding[fleet_key] = subjects[FLEET].problems[v]
         for key, problem in holding.items():
             old = by_key.get(key)
+            _, name, verdict = key
+            subject = subjects[name]
+            if verdict in CONSEQUENCES:
+                if subject.caused_by:
+                    if old is None or old.held:
+                        out.held.append(key)
+                    continue  # the fleet's doing; one told before it is not repeated meanwhile
+                if old is not None and old.held:
+                    if (now - old.last_sent_at).total_seconds() < subject.settle.get(verdict, 0.0):
+                        continue
+                    old = None  # it outlasted the fleet verdicts: the schedule's own, told now
             if old is None:
                 out.opened.append(key)
                 out.notices.append(_notice(route, key, "alert", problem, subjects, now, now, 1))
@@ -206,7 +265,11 @@ def plan(
         told = by_name.get(route_name)
         if told is None:
             continue  # its rows go with the route
-        covered = told.tells(verdict) and (verdict in FLEET_VERDICTS if who == FLEET else told.covers(who))
+        covered = (
+            verdict in FLEET_VERDICTS and _tells_fleet(told, verdict)
+            if who == FLEET
+            else told.tells(verdict) and told.covers(who)
+        )
         if not covered:
             out.dropped.append(key)
             continue
@@ -218,7 +281,7 @@ def plan(
         if now_holds:
             continue
         out.closed.append(key)
-        if told.recovery:
+        if told.recovery and not old.held:  # a held consequence was never told: nor is its end
             out.notices.append(_recovery(told, key, old, subjects, now))
     return out
 

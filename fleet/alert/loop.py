@@ -78,6 +78,8 @@ def evaluate(conn: psycopg.Connection[Any], now: datetime) -> Evaluated:
     with conn.cursor() as cur:  # executemany: one pipelined round trip per statement
         if p.opened:
             cur.executemany(q("alert_state_open"), [key(k, now=now) for k in p.opened])
+        if p.held:
+            cur.executemany(q("alert_state_hold"), [key(k, now=now) for k in p.held])
         if p.repeated:
             cur.executemany(q("alert_state_touch"), [key(k, now=now) for k in p.repeated])
         if p.closed or p.dropped:

@@ -23,8 +23,21 @@ SELECT route, subject, verdict, opened_at, last_sent_at, notices
 FROM fleet.alert_state
 
 -- name: alert_state_open
-INSERT INTO fleet.alert_state (route, subject, verdict, opened_at, last_sent_at)
-VALUES (%(route)s, %(subject)s, %(verdict)s, %(now)s, %(now)s)
+-- A problem told now: a new one, or a consequence of a fleet verdict held until now.
+INSERT INTO fleet.alert_state (route, subject, verdict, opened_at, last_sent_at, notices)
+VALUES (%(route)s, %(subject)s, %(verdict)s, %(now)s, %(now)s, 1)
+ON CONFLICT (route, subject, verdict) DO UPDATE
+SET opened_at = EXCLUDED.opened_at, last_sent_at = EXCLUDED.last_sent_at, notices = 1
+
+-- name: alert_state_hold
+-- A consequence of a fleet verdict (NO-TICKER: no slot, so LATE), read while that verdict holds:
+-- kept untold (`notices` 0), `last_sent_at` the last read that found it the fleet's. One told
+-- before the fleet verdict held stays as it is.
+INSERT INTO fleet.alert_state (route, subject, verdict, opened_at, last_sent_at, notices)
+VALUES (%(route)s, %(subject)s, %(verdict)s, %(now)s, %(now)s, 0)
+ON CONFLICT (route, subject, verdict) DO UPDATE
+SET last_sent_at = EXCLUDED.last_sent_at
+WHERE fleet.alert_state.notices = 0
 
 -- name: alert_state_touch
 UPDATE fleet.alert_state SET last_sent_at = %(now)s, notices = notices + 1

@@ -1,7 +1,8 @@
 """Alerts delivered to real receivers on loopback (an HTTP server, an SMTP server), by the alert
 process's rounds run in this process with the database's clock pinned: a problem is told once per
 route, again after the route's repeat interval, its end once and quietly; a receiver that is down
-gets the notice when it is back; a missed deadline is OVERDUE."""
+gets the notice when it is back; a missed deadline is OVERDUE; a fleet without a ticker is the
+fleet's notice, not its schedules' LATE."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import psycopg
 import pytest
 
 from fleet.admin.alert_routes import apply_routes, load_routes
+from fleet.alert.evaluate import FLEET
 from fleet.alert.loop import Alerter
 from fleet.alert.options import AlertSettings
 from fleet.health.reading import health_report
@@ -214,6 +216,7 @@ def test_an_open_problem_is_told_again_after_the_repeat_interval(
         a.run_once()
         assert [p["event"] for p in hook.received()] == ["alert"]
         clock.advance(minutes=31)
+        live_ticker(conn, clock())
         a.run_once()
         posts = hook.received()
         assert [(p["event"], p["notice"]) for p in posts] == [("alert", 1), ("repeat", 2)]
@@ -399,3 +402,122 @@ def test_no_live_ticker_is_told_once_as_the_fleets_and_its_end_when_one_is_back(
         a.run_once()
         assert [p["event"] for p in hook.received()] == ["alert", "recovery"]
         assert hook.received()[1]["summary"].startswith("RESOLVED NO-TICKER: fleet: ended")
+
+
+FLEET_OF_FIVE = "".join(f'[[schedule]]\nname = "s{i}"\nevery = "1m"\njob = "noop"\n\n' for i in range(5))
+# every unhealthy verdict, said again each minute; and a route that asked for LATE alone
+TWO_ROUTES = """
+[[alert]]
+name = "all"
+kind = "webhook"
+url_env = "HOOK_URL"
+repeat = "1m"
+
+[[alert]]
+name = "late"
+kind = "webhook"
+url_env = "HOOK_URL"
+verdicts = ["LATE"]
+"""
+
+
+def told(posts: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """Route, schedule (FLEET for the fleet's own), verdict and event of each notice received."""
+    return [(p["route"], p["schedule"] or FLEET, p["verdict"], p["event"]) for p in posts]
+
+
+def test_a_fleet_without_a_ticker_is_one_notice_not_one_per_late_schedule(
+    conn: psycopg.Connection[Any], alerter: Callable[..., Alerter]
+) -> None:
+    text = FLEET_OF_FIVE + TWO_ROUTES
+    with receivers() as (hook, _):
+        apply_text(conn, text)
+        with conn.transaction():
+            apply_routes(conn, load_routes(text), prune=False)
+        clock = Clock(scalar(conn, "SELECT now()") + timedelta(minutes=10))
+        for i in range(5):
+            succeed(conn, clock(), f"s{i}")  # and the ticker seen now, for the last time
+        a = alerter(clock, hook.url)
+        assert a.run_once().sent == 0
+
+        # The ticker is gone for four minutes, read every 20 s: NO-TICKER after a minute, and every
+        # schedule LATE after two (no slot, so no success).
+        for _ in range(12):
+            clock.advance(seconds=20)
+            a.run_once()
+        _, healths = health_report(conn, None, clock())
+        assert {h.problems for h in healths} == {("NO-TICKER", "LATE")}
+        during = told(hook.received())
+        assert {(s, v) for _, s, v, _ in during} == {(FLEET, "NO-TICKER")}, during
+        # told once per route (`all` again each minute), `late` in place of its schedules' LATE
+        repeated = [e for r, _, _, e in during if r == "all"]
+        assert repeated == ["alert"] + ["repeat"] * (len(repeated) - 1) and len(repeated) >= 3
+        assert [e for r, _, _, e in during if r == "late"] == ["alert"]
+        assert hook.received()[0]["schedules"] == [f"s{i}" for i in range(5)]
+
+        # The ticker is back. The schedules are still LATE until their next runs succeed: the
+        # fleet's problem ended, not theirs begun.
+        clock.advance(seconds=20)
+        live_ticker(conn, clock())
+        a.run_once()
+        back = told(hook.received())[len(during) :]
+        assert sorted(back) == [
+            ("all", FLEET, "NO-TICKER", "recovery"),
+            ("late", FLEET, "NO-TICKER", "recovery"),
+        ]
+        # four of them succeed; s4 does not, and is LATE two intervals after the ticker's return:
+        # its own problem now, told
+        for _ in range(6):
+            clock.advance(seconds=20)
+            for i in range(4):
+                succeed(conn, clock(), f"s{i}")
+            a.run_once()
+        after = told(hook.received())[len(during) + 2 :]
+        assert sorted(after) == [("all", "s4", "LATE", "alert"), ("late", "s4", "LATE", "alert")]
+        succeed(conn, clock(), "s4")
+        clock.advance(seconds=20)
+        a.run_once()
+        assert sorted(told(hook.received())[len(during) + 4 :]) == [
+            ("all", "s4", "LATE", "recovery"),
+            ("late", "s4", "LATE", "recovery"),
+        ]
+        assert scalar(conn, "SELECT count(*) FROM fleet.alert_state") == 0
+
+
+def test_a_schedule_late_before_the_ticker_left_stays_open_unrepeated_until_it_is_back(
+    conn: psycopg.Connection[Any], alerter: Callable[..., Alerter]
+) -> None:
+    text = SCHEDULE + TWO_ROUTES
+    with receivers() as (hook, _):
+        clock = setup(conn, text)  # minutely, no success for 10 minutes: LATE
+        a = alerter(clock, hook.url)
+        a.run_once()
+        assert sorted(told(hook.received())) == [
+            ("all", "minutely", "LATE", "alert"),
+            ("late", "minutely", "LATE", "alert"),
+        ]
+        # the ticker, last seen now, is gone for three minutes: the fleet's notices only, and no
+        # repeat of LATE (nor its end: it has not ended)
+        for _ in range(9):
+            clock.advance(seconds=20)
+            a.run_once()
+        during = told(hook.received())[2:]
+        assert {(s, v) for _, s, v, _ in during} == {(FLEET, "NO-TICKER")}, during
+        assert scalar(conn, "SELECT count(*) FROM fleet.alert_state WHERE subject = 'minutely'") == 2
+        # back, and still late: its repeat is due again; its end is told as usual
+        clock.advance(seconds=20)
+        live_ticker(conn, clock())
+        a.run_once()
+        back = told(hook.received())[2 + len(during) :]
+        assert sorted(back) == [
+            ("all", FLEET, "NO-TICKER", "recovery"),
+            ("all", "minutely", "LATE", "repeat"),
+            ("late", FLEET, "NO-TICKER", "recovery"),
+        ]
+        succeed(conn, clock())
+        clock.advance(seconds=20)
+        a.run_once()
+        assert sorted(told(hook.received())[2 + len(during) + 3 :]) == [
+            ("all", "minutely", "LATE", "recovery"),
+            ("late", "minutely", "LATE", "recovery"),
+        ]

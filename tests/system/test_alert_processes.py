@@ -1,14 +1,17 @@
 """Two real `fleetctl alert` processes against a real HTTP receiver and a real SMTP server: every
 notice is delivered exactly once, after retries while the receiver is down; routes come from the
-file `fleetctl apply` was given; the fleet_alert role does its work and nothing more."""
+file `fleetctl apply` was given; the fleet_alert role does its work and nothing more. A ticker is
+seen throughout, so that the schedules' LATE is their own (without one it is the fleet's NO-TICKER)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import signal
+import threading
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +20,31 @@ import pytest
 
 from fleet.ops.cli import main as fleetctl
 from fleet.store.db import connect
+from fleet.store.registry import process_register, process_touch
 from tests.alert_receivers import SmtpReceiver, WebhookReceiver
 from tests.support import Proc, env_for, fleetctl_cmd, log_events, login_roles, processes, scalar, wait_for
 
 SCHEDULES = 12
+
+
+@contextmanager
+def ticker_seen(db_url: str) -> Iterator[None]:
+    """A ticker in the registry, seen every second until the block ends (it creates no slot)."""
+    stop = threading.Event()
+    with connect(db_url, "fleet-tests ticker") as c:
+        process_register(c, "ticker-t", "ticker")
+
+        def beats() -> None:
+            while not stop.wait(1.0):
+                process_touch(c, "ticker-t")
+
+        beat = threading.Thread(target=beats)
+        beat.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            beat.join()
 
 
 def schedules_file(tmp: Path, smtp_port: int) -> Path:
@@ -64,7 +88,7 @@ def test_two_alert_processes_deliver_each_notice_once_after_the_receiver_comes_b
             in capsys.readouterr().out
         )
         env = env_for(db_url, FLEET_ALERT_HOOK_URL=hook.url, FLEET_ALERT_HOOK_SECRET="s3cret")
-        with processes() as procs:
+        with ticker_seen(db_url), processes() as procs:
             for i in range(2):
                 argv = fleetctl_cmd("alert", "--id", f"a{i}", "--poll", "0.5", "--senders", "2")
                 procs.append(Proc(argv, env, tmp_path / f"alert{i}.log"))
@@ -171,7 +195,7 @@ def role_urls(db_url: str, server_url: str) -> Iterator[dict[str, str]]:
 
 
 def test_the_alert_role_reads_health_and_sends_and_changes_nothing_else(
-    role_urls: dict[str, str], conn: psycopg.Connection[Any], tmp_path: Path
+    role_urls: dict[str, str], db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     hook, smtp = WebhookReceiver(), SmtpReceiver()
     hook.start()
@@ -190,7 +214,7 @@ def test_the_alert_role_reads_health_and_sends_and_changes_nothing_else(
             what="the schedules LATE",
         )
         env = env_for(role_urls["alert"], FLEET_ALERT_HOOK_URL=hook.url, FLEET_ALERT_HOOK_SECRET="x")
-        with processes() as procs:
+        with ticker_seen(db_url), processes() as procs:
             procs.append(Proc(fleetctl_cmd("alert", "--once"), env, tmp_path / "once.log"))
             assert procs[0].wait(60) == 0, procs[0].output()
         assert len(hook.received()) == SCHEDULES and len(smtp.received()) == 1

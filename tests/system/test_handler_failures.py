@@ -120,7 +120,9 @@ def test_an_async_handler_ignoring_its_cancellation_is_abandoned_alike(
         wait_for(
             lambda: outcomes(conn) == [(1, "timeout"), (2, "done")], timeout=15, what="b to retry the run"
         )
-    assert scalar(conn, "SELECT error FROM fleet.job_attempts WHERE outcome = 'timeout'") == "timed out after 1s"
+    assert (
+        scalar(conn, "SELECT error FROM fleet.job_attempts WHERE outcome = 'timeout'") == "timed out after 1s"
+    )
 
 
 def tree_command(tmp: Path, kill_after: str) -> Path:

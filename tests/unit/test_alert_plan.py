@@ -1,6 +1,7 @@
 """What the alert process tells, and whom (fleet.alert.evaluate.plan): routing by schedule pattern and
 verdict, one notice per problem (deduplicated), repeats after the interval, recoveries (or not),
-the fleet's own verdicts told once per route."""
+the fleet's own verdicts told once per route, and what they make of each schedule (LATE, OVERDUE)
+held back as theirs."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fleet.admin.alert_routes import AlertRoute
-from fleet.alert.evaluate import FLEET, OpenProblem, Plan, conditions, plan, span
+from fleet.alert.evaluate import FLEET, OpenProblem, Plan, conditions, plan, settle_s, span
 from fleet.health.results import ScheduleHealth
 from fleet.health.verdicts import FleetHealth, TickerSeen
 
@@ -53,6 +54,10 @@ def route(name: str = "r", **kw: Any) -> AlertRoute:
 
 def told(p: Plan) -> list[tuple[str, str, str, str]]:
     return [(n.route, n.subject, n.verdict, n.event) for n in p.notices]
+
+
+def told_keys(p: Plan) -> list[tuple[str, str, str]]:
+    return [(n.route, n.subject, n.verdict) for n in p.notices]
 
 
 def opened(p: Plan, at: datetime = T0) -> list[OpenProblem]:
@@ -147,6 +152,55 @@ def test_no_ticker_is_told_once_per_route_as_the_fleets() -> None:
     # a ticker is back: each route hears of it once
     back = plan(routes, conditions(TICKING, [health("x")]), opened(p), T0 + timedelta(minutes=2))
     assert told(back) == [("a", FLEET, "NO-TICKER", "recovery"), ("x", FLEET, "NO-TICKER", "recovery")]
+
+
+NO_TICKER = FleetHealth(live_tickers=0, last_ticker=TickerSeen("h:ticker_00", "h", T0, 95.0))
+
+
+def test_under_no_ticker_late_is_the_fleets_held_untold_and_told_in_its_place() -> None:
+    healths = [health(f"s{i}", "NO-TICKER", "LATE") for i in range(50)]
+    healths.append(health("d", "DEAD", "NO-TICKER", "OVERDUE", "LATE", deadline_s=60.0))
+    routes = [route("all"), route("late", verdicts=("LATE",)), route("dead", verdicts=("DEAD",))]
+    p = plan(routes, conditions(NO_TICKER, healths), [], T0)
+    assert sorted(told(p)) == [
+        ("all", FLEET, "NO-TICKER", "alert"),
+        ("all", "d", "DEAD", "alert"),  # not the fleet's doing
+        ("dead", "d", "DEAD", "alert"),
+        ("late", FLEET, "NO-TICKER", "alert"),  # in place of its 51 LATE
+    ]
+    assert len(p.held) == 2 * 51 + 1 and ("all", "d", "OVERDUE") in p.held and p.opened == told_keys(p)
+    # read again under it: still held (the last read under it noted), nothing told
+    state = opened(p) + [OpenProblem(r, s, v, T0, T0, notices=0) for r, s, v in p.held]
+    again = plan(routes, conditions(NO_TICKER, healths), state, T0 + timedelta(hours=3))
+    assert told(again) == [] and len(again.held) == len(p.held) and again.closed == again.dropped == []
+    # no longer LATE, still no ticker: the held ends without a word; the fleet's notice stays open
+    quiet = [health(f"s{i}", "NO-TICKER") for i in range(50)] + [health("d", "DEAD", "NO-TICKER")]
+    later = plan(routes, conditions(NO_TICKER, quiet), state, T0 + timedelta(hours=4))
+    assert told(later) == [] and sorted(later.closed) == sorted(p.held)
+
+
+def test_a_held_consequence_is_told_once_it_outlasts_the_fleet_verdict_and_ends_quietly() -> None:
+    held = [OpenProblem("r", "s", "LATE", T0, T0, notices=0)]  # last read under NO-TICKER: T0
+    late = conditions(TICKING, [health("s", "LATE")])  # every hour: two intervals to settle
+    settling = plan([route()], late, held, T0 + timedelta(hours=1, minutes=59))
+    assert told(settling) == [] and settling.closed == [] and settling.held == []
+    own = plan([route()], late, held, T0 + timedelta(hours=2))
+    assert told(own) == [("r", "s", "LATE", "alert")] and own.opened == [("r", "s", "LATE")]
+    assert own.notices[0].payload["notice"] == 1
+    ended = plan([route()], conditions(TICKING, [health("s")]), held, T0 + timedelta(minutes=5))
+    assert told(ended) == [] and ended.closed == [("r", "s", "LATE")]
+    assert settle_s(health("o", "OVERDUE", interval_s=600.0, deadline_s=300.0), "OVERDUE") == 900.0
+
+
+def test_a_problem_told_before_the_ticker_left_is_not_repeated_meanwhile() -> None:
+    r = route(repeat=timedelta(hours=1), verdicts=("LATE",))
+    state = [OpenProblem("r", "s", "LATE", T0, T0)]
+    gone = plan(
+        [r], conditions(NO_TICKER, [health("s", "NO-TICKER", "LATE")]), state, T0 + timedelta(hours=3)
+    )
+    assert told(gone) == [("r", FLEET, "NO-TICKER", "alert")] and gone.held == [] and gone.closed == []
+    back = plan([r], conditions(TICKING, [health("s", "LATE")]), state, T0 + timedelta(hours=3))
+    assert told(back) == [("r", "s", "LATE", "repeat")]
 
 
 def test_the_lines_say_why() -> None:
