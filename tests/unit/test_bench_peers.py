@@ -16,7 +16,7 @@ from loadtest.bench.__main__ import parse
 from loadtest.bench.config import PEERS, Bench, options
 from loadtest.bench.lag import last_starts
 from loadtest.bench.peer_install import PeerUnavailable
-from loadtest.bench.peer_procs import ProcessFiles, uri
+from loadtest.bench.peer_procs import ProcessFiles, this_slot, uri
 from loadtest.bench.report import Report
 from loadtest.bench.server import Server
 from loadtest.bench.targets import add_ratios
@@ -213,3 +213,10 @@ def test_a_peer_measured_only_in_the_drain_has_dashes_for_the_rest() -> None:
     assert "| drain, 2 workers (runs/s) | 36,000 | 18,000 | 2.00 |" in table
     assert "| lag p50 (ms) | - | - | - |" in table
     assert "## Beside the peers" not in bench_docs.render(orjson.loads(Report({}).json()), "x.json")
+
+
+def test_a_herd_counts_the_stamps_of_its_own_slot_only() -> None:
+    # a peer that resumes at start the jobs an earlier trial's stop interrupted (DBOS) stamps them
+    # with that trial's slot: they are not this herd's
+    rows = [(100.0, 100.2, ""), (100.0004, 100.3, ""), (90.0, 100.1, ""), (100.002, 100.4, "")]
+    assert this_slot(rows, 100.0) == rows[:2]
