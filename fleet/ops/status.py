@@ -132,7 +132,7 @@ def fleet_lines(fleet: FleetHealth, shown: Iterable[ScheduleHealth]) -> list[str
     if "NO-TICKER" in held:
         last = fleet.last_ticker
         if last is None:
-            why = "no ticker has registered (start fleet-ticker)"
+            why = "no ticker is registered: none has started, or the last one stopped (start fleet-ticker)"
         else:
             where = f"{printable(last.id)} on {printable(last.host)} at {moment(iso(last.seen_at))}"
             why = f"no ticker seen for {human(last.seen_s_ago)} (last: {where})"

@@ -100,7 +100,10 @@ def test_without_a_live_ticker_every_enabled_schedule_is_no_ticker(
     code, out, _ = fleetctl(capsys, db_url, "status")
     lines = out.splitlines()
     assert code == 1
-    assert lines[0] == "fleet: NO-TICKER: no ticker has registered (start fleet-ticker)"
+    assert (
+        lines[0]
+        == "fleet: NO-TICKER: no ticker is registered: none has started, or the last one stopped (start fleet-ticker)"
+    )
     assert lines[1].startswith("SCHEDULE")
     code, payload = fleetctl_json(capsys, db_url, "status")
     assert code == 1 and {s["name"]: s["verdict"] for s in payload} == {
@@ -258,7 +261,10 @@ def test_the_dashboard_shows_broken_its_error_the_fleet_alarm_and_the_legend(
         assert 'data-name="fine" data-verdict="NO-TICKER"' in overview
         assert "cron: &lt;no slot&gt; after 2031" in overview  # the error, as text
         assert 'id="fleet-alarm"' in overview
-        assert "fleet: NO-TICKER: no ticker has registered (start fleet-ticker)" in overview
+        assert (
+            "fleet: NO-TICKER: no ticker is registered: none has started, or the last one stopped (start fleet-ticker)"
+            in overview
+        )
         for v in ("BROKEN", "NO-TICKER", "TICKER-CRASHING"):  # each verdict in the legend, in its colour
             assert f'<span class="verdict v-{v.lower()}" title=' in overview
         css = app.handle(Request("GET", "/static/dashboard.css", {}, headers)).body.decode()

@@ -264,7 +264,9 @@ def test_the_live_view_reads_verdicts_paused_schedules_and_the_runs_this_hosts_w
     assert cells["b"][1:4] == ["DEAD+PAUSED", cells["b"][2], "paused"] and cells["a"][3] != "paused"
     assert snap.runs_here == 3  # not the other host's worker with the same pid
     # No ticker was ever seen: the view says so first, as `fleetctl status` does.
-    assert snap.fleet == ["fleet: NO-TICKER: no ticker has registered (start fleet-ticker)"]
+    assert snap.fleet == [
+        "fleet: NO-TICKER: no ticker is registered: none has started, or the last one stopped (start fleet-ticker)"
+    ]
     assert live.frame(snap, "h")[2] == snap.fleet[0]
 
 

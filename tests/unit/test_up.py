@@ -156,7 +156,9 @@ def test_text_from_logs_and_errors_reaches_the_view_escaped() -> None:
 def test_no_ticker_says_this_hosts_ticker_is_starting_in_the_first_seconds_of_up() -> None:
     snap = snapshot()
     snap.seen = {"worker": {"n": 1, "hosts": 1}}  # the ticker has not registered yet
-    snap.fleet = ["fleet: NO-TICKER: no ticker has registered (start fleet-ticker)"]
+    snap.fleet = [
+        "fleet: NO-TICKER: no ticker is registered: none has started, or the last one stopped (start fleet-ticker)"
+    ]
     starting = "fleet: NO-TICKER until this host's ticker, starting now, registers"
     for up_for_s, ticker_state, seen_ticker, expected in (
         (2.0, "STARTING", False, starting),
