@@ -33,17 +33,24 @@ def add_due_run(conn: psycopg.Connection[Any], seconds_ago: int) -> datetime:
     return slot
 
 
-def test_a_run_waiting_to_retry_skips_later_slots_and_retrying_names_it(
-    capsys: Cap, db_url: str, conn: psycopg.Connection[Any]
-) -> None:
+def failed_once(conn: psycopg.Connection[Any], back_off: float) -> datetime:
+    """The slot of a run of the hourly schedule `s` (overlap skip, a live ticker) whose first attempt
+    failed, waiting to retry after `back_off` (0 to 1) of its first back-off's ceiling (30 s)."""
     apply_text(
         conn, '[[schedule]]\nname = "s"\nevery = "1h"\njob = "noop"\nstart_at = "2099-01-01T00:00:00Z"\n'
     )
     live_ticker(conn)
-    first = add_due_run(conn, 10)
+    slot = add_due_run(conn, 10)
     (a,), _ = run_claim(conn, worker_id="w1", jobs=("noop",), limit=10, lease_s=10.0)
+    run_finish(conn, [(a, decide(a, "failed", "RuntimeError: boom", rand=lambda: back_off))], worker_id="w1")
+    return slot
+
+
+def test_a_run_waiting_to_retry_skips_later_slots_and_retrying_names_it(
+    capsys: Cap, db_url: str, conn: psycopg.Connection[Any]
+) -> None:
     # the first attempt fails; its retry waits the whole first back-off (30 s)
-    run_finish(conn, [(a, decide(a, "failed", "RuntimeError: boom", rand=lambda: 1.0))], worker_id="w1")
+    first = failed_once(conn, back_off=1.0)
     second = add_due_run(conn, 5)
     got, skipped = run_claim(conn, worker_id="w1", jobs=("noop",), limit=10, lease_s=10.0)
     assert got == [] and [k.slot for k in skipped] == [second]  # the run waiting to retry holds the slot
@@ -112,14 +119,7 @@ def dashboard_pages(db_url: str) -> tuple[str, str, str]:
 def test_a_pause_holds_a_run_waiting_to_retry_until_the_resume(
     capsys: Cap, db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
-    apply_text(
-        conn, '[[schedule]]\nname = "s"\nevery = "1h"\njob = "noop"\nstart_at = "2099-01-01T00:00:00Z"\n'
-    )
-    live_ticker(conn)
-    first = add_due_run(conn, 10)
-    (a,), _ = run_claim(conn, worker_id="w1", jobs=("noop",), limit=10, lease_s=10.0)
-    # the attempt fails; its retry comes due at once (a back-off of 0)
-    run_finish(conn, [(a, decide(a, "failed", "RuntimeError: boom", rand=lambda: 0.0))], worker_id="w1")
+    first = failed_once(conn, back_off=0.0)  # its retry comes due at once
     assert fleetctl(capsys, db_url, "pause", "s", "--note", "downstream broken")[0] == 0
     conn.execute("UPDATE fleet.job_runs SET run_after = now() - interval '1 hour' WHERE schedule_name = 's'")
     assert run_claim(conn, worker_id="w1", jobs=("noop",), limit=10, lease_s=10.0) == ([], [])  # held
