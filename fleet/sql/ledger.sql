@@ -23,15 +23,15 @@ WHERE (%(every)s AND s.enabled) OR s.name = ANY(%(names)s::text[])
 ORDER BY s.name
 
 -- name: pause_log
--- A schedule's pauses and resumes as the audit recorded them (fleet.admin.repair), in order: the
--- last one before `since` (a pause begun earlier), and every one since. A pause row's outcome is
--- `paused` (it began a pause) or `note` (a note given to a pause already on).
+-- A schedule's pauses and resumes as the audit recorded them (fleet.admin.repair), in order: from
+-- the last pause begun or resume before `since` (a pause begun earlier), every one. A pause row's
+-- outcome is `paused` (it began a pause) or `note` (a note given to a pause already on).
 SELECT a.at, a.action, a.details->>'outcome' AS outcome, a.note
 FROM fleet.schedule_audit a
 WHERE a.schedule = %(name)s AND a.action IN ('pause', 'resume')
   AND a.at >= coalesce((SELECT b.at FROM fleet.schedule_audit b
-                        WHERE b.schedule = %(name)s AND b.action IN ('pause', 'resume')
-                          AND b.at < %(since)s
+                        WHERE b.schedule = %(name)s AND b.at < %(since)s
+                          AND (b.action = 'resume' OR (b.action = 'pause' AND b.details->>'outcome' = 'paused'))
                         ORDER BY b.at DESC, b.id DESC LIMIT 1), %(since)s)
 ORDER BY a.at, a.id
 

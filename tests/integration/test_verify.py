@@ -592,6 +592,7 @@ def test_a_pause_that_ended_accounts_for_its_slots_as_the_audit_recorded_it(
     half = timedelta(seconds=30)
     for at, action, outcome, note in (
         (base - 10 * MINUTE, "pause", "paused", None),  # begun before the window
+        (base - 5 * MINUTE, "pause", "note", "maintenance"),  # and given its note before it too
         (base + 2 * MINUTE + half, "resume", None, None),
         (base + 9 * MINUTE + half, "pause", "paused", "db upgrade"),
         (base + 14 * MINUTE + half, "resume", None, None),
@@ -615,7 +616,7 @@ def test_a_pause_that_ended_accounts_for_its_slots_as_the_audit_recorded_it(
     (s,) = doc["schedules"]
     assert code == 1 and s["missed"] == {**ZERO_MISSED, "paused": 10}
     assert [(e["outcome"], e["from"], e["to"], e["reason"]) for e in s["entries"]] == [
-        ("missed", at(0), at(2), paused(base - 10 * MINUTE, base + 2 * MINUTE + half)),
+        ("missed", at(0), at(2), paused(base - 10 * MINUTE, base + 2 * MINUTE + half, "maintenance")),
         ("missed", at(10), at(14), paused(base + 9 * MINUTE + half, base + 14 * MINUTE + half, "db upgrade")),
         ("missed", at(30), at(31), paused(base + 29 * MINUTE + half, base + 31 * MINUTE + half, "disk full")),
         ("unexplained", at(45), at(45), "no run and no record"),
