@@ -61,7 +61,8 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- name: run_claim
 -- Claim due runs: pending and due, or running with an expired lease, by one path. A run created
 -- ahead of its time that is past its start_by is a missed slot, left for a ticker to settle. A run
--- waiting to retry after a failed attempt is held while its schedule is paused. Runs of a
+-- waiting to retry after a failed attempt is held while its schedule is paused (a scalar subquery:
+-- one probe of the schedule's key for such a run only, never a hashed read of every schedule). Runs of a
 -- schedule whose overlap is not 'allow' must also take the schedule's gate (fleet.schedule_gates,
 -- a row created by the first claim that takes it); a fresh run that finds the gate held by another
 -- run is recorded 'skipped' under overlap 'skip' and left pending under 'queue'. Claimers of two
@@ -105,8 +106,8 @@ due AS (
         FROM fleet.job_runs r
         WHERE r.status = 'pending' AND r.job = j AND r.run_after <= coalesce(%(now)b, now())
           AND (r.start_by IS NULL OR r.start_by >= coalesce(%(now)b, now()))
-          AND (r.failures = 0 OR NOT EXISTS (
-                  SELECT 1 FROM fleet.schedules s WHERE s.name = r.schedule_name AND s.paused_at IS NOT NULL))
+          AND (r.failures = 0
+               OR (SELECT s.paused_at FROM fleet.schedules s WHERE s.name = r.schedule_name) IS NULL)
           AND (r.overlap <> 'queue' OR NOT EXISTS (
                   SELECT 1 FROM fleet.job_runs e
                   WHERE e.schedule_name = r.schedule_name AND e.scheduled_for < r.scheduled_for

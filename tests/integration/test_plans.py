@@ -53,6 +53,8 @@ def test_hot_statements_use_their_indexes(big: psycopg.Connection[Any]) -> None:
     claim = plan(big, "run_claim", params)
     assert "Seq Scan on fleet.job_runs" not in claim, claim
     assert "job_runs_pending" in claim, claim  # due pending runs
+    # a run waiting to retry looks its schedule's pause up by its key, when it is one
+    assert "Seq Scan on fleet.schedules" not in claim and "schedules_pkey" in claim, claim
     assert "job_runs_leases" in claim or "job_runs_open" in claim, claim  # expired leases
     # runs that did not take a gate are found by one hashed lookup each, not a loop over the gates
     skipped = claim[claim.index("CTE skipped") : claim.index("CTE out")]
