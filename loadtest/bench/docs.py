@@ -175,7 +175,8 @@ def peers_table(figures: list[dict[str, Any]]) -> list[str]:
 
 
 def merge(doc: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
-    """`doc` with the sections that `again` measured replaced by its figures and notes."""
+    """`doc` with the sections that `again` measured replaced by its figures and notes, and any
+    other figure it measured again (the limit's pgbench runs between its drains) by its own."""
     try:
         sections = set(again["meta"]["sections"])
         figures, notes = again["figures"], again.get("notes", [])
@@ -183,8 +184,13 @@ def merge(doc: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
         raise BenchFileError(
             "the rerun: expected an object with 'meta' (with 'sections') and 'figures'"
         ) from None
-    kept = [f for f in doc.get("figures", []) if f.get("section") not in sections]
-    kept_notes = [n for n in doc.get("notes", []) if str(n).split(":", 1)[0] not in sections]
+    keys = {f.get("key") for f in figures}
+    kept = [
+        f for f in doc.get("figures", []) if f.get("section") not in sections and f.get("key") not in keys
+    ]
+    kept_notes = [
+        n for n in doc.get("notes", []) if str(n).split(":", 1)[0] not in sections and n not in notes
+    ]
     meta = {**doc.get("meta", {})}
     reruns = [*meta.get("reruns", [])]
     reruns.append({k: again["meta"].get(k) for k in ("sections", "started", "seconds")})

@@ -191,6 +191,19 @@ def test_a_rerun_replaces_the_sections_it_measured_and_the_page_says_so() -> Non
     merged = bench_docs.merge(first, again)
     assert [(f["section"], f["value"]) for f in merged["figures"]] == [("lag", 5.0), ("herd", 8.0)]
     assert merged["notes"] == ["lag: how", "herd: how, again"]
+    # a figure of another section measured again (the limit's runs between the drains) is replaced,
+    # and a note said again is not said twice
+    first["figures"] = [*first["figures"], fig("limit", 1.0)]
+    first["notes"] = [*first["notes"], "limit: how"]
+    again["figures"] = [*again["figures"], fig("limit", 2.0)]
+    again["notes"] = [*again["notes"], "limit: how"]
+    merged = bench_docs.merge(first, again)
+    assert [(f["section"], f["value"]) for f in merged["figures"]] == [
+        ("lag", 5.0),
+        ("herd", 8.0),
+        ("limit", 2.0),
+    ]
+    assert merged["notes"] == ["lag: how", "herd: how, again", "limit: how"]
     text = bench_docs.render(merged, "bench.json")
     assert "**Measured again**: herd, in a second run started T2 (90.0 s)" in text
     assert "| herd x | 8.00 |" in text and "13.0" not in text
