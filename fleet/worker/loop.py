@@ -416,6 +416,7 @@ class Worker:
             deadline = a.deadline_mono()
             if (
                 deadline is not None
+                and a.timeout is not None  # it has a deadline: it has a timeout
                 and now >= deadline
                 and not a.returned
                 and self._record(a, decide(a, "timeout", f"timed out after {format_duration(a.timeout)}"))

@@ -590,7 +590,7 @@ def test_a_pause_that_ended_accounts_for_its_slots_as_the_audit_recorded_it(
     gaps = {0, 1, 2, *range(10, 15), 30, 31, 45}
     runs(conn, "pp", base, [m for m in range(60) if m not in gaps])
     half = timedelta(seconds=30)
-    for at, action, outcome, note in (
+    for when, action, outcome, note in (
         (base - 10 * MINUTE, "pause", "paused", None),  # begun before the window
         (base - 5 * MINUTE, "pause", "note", "maintenance"),  # and given its note before it too
         (base + 2 * MINUTE + half, "resume", None, None),
@@ -604,7 +604,7 @@ def test_a_pause_that_ended_accounts_for_its_slots_as_the_audit_recorded_it(
         conn.execute(
             "INSERT INTO fleet.schedule_audit (at, action, schedule, details, note)"
             " VALUES (%s, %s, 'pp', %s, %s)",
-            (at, action, psycopg.types.json.Jsonb({"outcome": outcome} if outcome else {}), note),
+            (when, action, psycopg.types.json.Jsonb({"outcome": outcome} if outcome else {}), note),
         )
     at = minute_of(base)
 
