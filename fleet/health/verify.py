@@ -80,7 +80,9 @@ def verify(
         assert row is not None
         db_now: datetime = row["now"]
         start, end = window(since, until, db_now, max_window, labels or {})
-        schedules = conn.execute(q("schedule_ledger"), {"every": not named, "names": named}).fetchall()
+        schedules = conn.execute(
+            q("schedule_ledger"), {"every": not named, "names": named, "since": start}
+        ).fetchall()
         missing = sorted(set(named) - {s["name"] for s in schedules})
         if missing:
             raise UnknownSchedule(missing)
@@ -133,8 +135,7 @@ def schedule_ledger(
     timing = timing_of(schedule)
     start = max(since, schedule["start_at"] or schedule["created_at"])
     name = schedule["name"]
-    pauses = conn.execute(q("pause_log"), {"name": schedule["name"], "since": since}).fetchall()
-    known = facts(schedule, timing, now, retention, pauses)
+    known = facts(schedule, timing, now, retention)
     ended_at = None
     try:
         cal = from_row(schedule["calendar"], schedule["timezone"])
@@ -160,15 +161,8 @@ def schedule_ledger(
     return replace(ledger.result(name, describe(timing), start, until), ended_at=ended_at)
 
 
-def facts(
-    schedule: dict[str, Any],
-    timing: Timing,
-    now: datetime,
-    retention: timedelta | None,
-    pause_log: Sequence[dict[str, Any]] = (),
-) -> Facts:
-    """What explains a slot of `schedule` without a run, as of `now` (`pause_log`: its pause_log
-    rows, the pauses and resumes the audit recorded)."""
+def facts(schedule: dict[str, Any], timing: Timing, now: datetime, retention: timedelta | None) -> Facts:
+    """What explains a slot of `schedule` without a run, as of `now`."""
     nxt: datetime | None = schedule["next_run_at"]
     planned = micros(nxt) if nxt is not None else FAR
     kept = schedule["retention"] or retention
@@ -183,7 +177,7 @@ def facts(
         now=micros(now),
         created=micros(schedule["created_at"]),
         paused=micros(paused_at) if paused_at else FAR,
-        pauses=ended_pauses(pause_log),
+        pauses=ended_pauses(schedule),
         # a broken schedule's next slot stays where the ticker could not plan it
         broken=min(planned, micros(broken_at)) if broken_at else FAR,
         disabled=planned if not schedule["enabled"] else FAR,
@@ -202,24 +196,32 @@ def facts(
     )
 
 
-def ended_pauses(log: Sequence[dict[str, Any]]) -> tuple[tuple[int, int, str], ...]:
-    """The pauses that began and ended in `log` (pause_log rows, in order): each as [start, end)
-    in microseconds and its text, with the note the pause last had. A pause without its resume in
-    the log (the one still on, or one ended by hand in the table) is left out."""
+def ended_pauses(schedule: dict[str, Any]) -> tuple[tuple[int, int, str], ...]:
+    """The pauses that began and ended in the schedule's audit (its schedule_ledger row's pause_*
+    arrays, in order): each as [start, end) in microseconds and its text, with the note the pause
+    last had. A pause without its resume there (the one still on, or one ended by hand in the
+    table) is left out."""
     ended: list[tuple[int, int, str]] = []
     start: datetime | None = None
     note: str | None = None
-    for row in log:
-        if row["action"] == "pause":
-            if start is None and row["outcome"] == "paused":
-                start, note = row["at"], row["note"]
-            elif start is not None and row["note"] is not None:
-                note = row["note"]
+    log = zip(
+        schedule["pause_at"] or (),
+        schedule["pause_action"] or (),
+        schedule["pause_outcome"] or (),
+        schedule["pause_notes"] or (),
+        strict=True,
+    )
+    for at, action, outcome, given in log:
+        if action == "pause":
+            if start is None and outcome == "paused":
+                start, note = at, given
+            elif start is not None and given is not None:
+                note = given
         elif start is not None:  # the resume that ends it
-            text = f"paused from {_iso(start)} to {_iso(row['at'])}"
+            text = f"paused from {_iso(start)} to {_iso(at)}"
             if note:
                 text += f" ({_first_line(note)})"
-            ended.append((micros(start), micros(row["at"]), text))
+            ended.append((micros(start), micros(at), text))
             start = note = None
     return tuple(ended)
 

@@ -14,26 +14,29 @@ SELECT set_config('jit', 'off', true), set_config('TimeZone', 'UTC', true),
 -- name: schedule_ledger
 -- The schedules to verify (those named, else every enabled one), by name, with what explains a
 -- slot without a run: when the schedule was created, its pause, its broken mark, the ticker's next
--- slot, its catch-up counter and its retention.
+-- slot, its catch-up counter and its retention; and its pauses and resumes as the audit recorded
+-- them (fleet.admin.repair), in order, from the last pause begun (or resume) before the window on
+-- (a pause row's outcome is `paused` when it began a pause, `note` when it gave one a note), read
+-- through the audit's index by schedule and time: nothing for a schedule never paused.
 SELECT s.name, s.every, s.cron, s.timezone, s.start_at, s.dst_repeated, s.dst_missing,
        s.enabled, s.paused_at, s.pause_note, s.broken_at, s.broken_error, s.next_run_at,
-       s.missed_slots, s.catchup, s.grace, s.retention, s.created_at, s.calendar
+       s.missed_slots, s.catchup, s.grace, s.retention, s.created_at, s.calendar,
+       p.pause_at, p.pause_action, p.pause_outcome, p.pause_note AS pause_notes
 FROM fleet.schedules s
+CROSS JOIN LATERAL (
+    SELECT array_agg(a.at ORDER BY a.at, a.id) AS pause_at,
+           array_agg(a.action ORDER BY a.at, a.id) AS pause_action,
+           array_agg(a.details->>'outcome' ORDER BY a.at, a.id) AS pause_outcome,
+           array_agg(a.note ORDER BY a.at, a.id) AS pause_note
+    FROM fleet.schedule_audit a
+    WHERE a.schedule = s.name AND a.action IN ('pause', 'resume')
+      AND a.at >= coalesce((SELECT b.at FROM fleet.schedule_audit b
+                            WHERE b.schedule = s.name AND b.at < %(since)s
+                              AND (b.action = 'resume' OR (b.action = 'pause' AND b.details->>'outcome' = 'paused'))
+                            ORDER BY b.at DESC, b.id DESC LIMIT 1), %(since)s)
+) p
 WHERE (%(every)s AND s.enabled) OR s.name = ANY(%(names)s::text[])
 ORDER BY s.name
-
--- name: pause_log
--- A schedule's pauses and resumes as the audit recorded them (fleet.admin.repair), in order: from
--- the last pause begun or resume before `since` (a pause begun earlier), every one. A pause row's
--- outcome is `paused` (it began a pause) or `note` (a note given to a pause already on).
-SELECT a.at, a.action, a.details->>'outcome' AS outcome, a.note
-FROM fleet.schedule_audit a
-WHERE a.schedule = %(name)s AND a.action IN ('pause', 'resume')
-  AND a.at >= coalesce((SELECT b.at FROM fleet.schedule_audit b
-                        WHERE b.schedule = %(name)s AND b.at < %(since)s
-                          AND (b.action = 'resume' OR (b.action = 'pause' AND b.details->>'outcome' = 'paused'))
-                        ORDER BY b.at DESC, b.id DESC LIMIT 1), %(since)s)
-ORDER BY a.at, a.id
 
 -- name: run_ledger
 -- A schedule's runs in [from, until], in slot order, packed: one row per span of `step_us`
